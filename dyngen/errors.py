@@ -1,0 +1,82 @@
+"""One exception tree for dyngen.
+
+Every error a user can cause derives from :class:`DyngenError`. Where Python or
+verl raise a built-in for the same situation (``FileNotFoundError`` for a missing
+generator file, ``TypeError`` for a generator of the wrong class), our class also
+derives from that built-in, so code written against verl keeps catching it.
+"""
+
+from __future__ import annotations
+
+
+class DyngenError(Exception):
+    """Root of every error dyngen raises on purpose."""
+
+
+class ConfigError(DyngenError, ValueError):
+    """A configuration value is missing, mistyped or out of range."""
+
+
+class DatasetNameError(DyngenError, ValueError):
+    """A dataset name is not a safe single path component."""
+
+
+class StoreError(DyngenError):
+    """Base class for errors of the versioned dataset store."""
+
+
+class DatasetNotFoundError(StoreError, LookupError):
+    """The dataset has no committed version under the store root."""
+
+
+class DatasetExistsError(StoreError):
+    """A dataset with this name already has a version 0."""
+
+
+class VersionNotFoundError(StoreError, LookupError):
+    """The requested version number is not in the dataset's log."""
+
+
+class CommitConflictError(StoreError):
+    """Another writer committed on the parent this commit expected."""
+
+    def __init__(self, dataset: str, expected_parent: int | None, found: int | None) -> None:
+        self.dataset = dataset
+        self.expected_parent = expected_parent
+        self.found = found
+        super().__init__(
+            f"commit conflict on dataset {dataset!r}: expected parent {expected_parent}, "
+            f"found {found}. Rebase the commit on the new head (Store.rebase) and commit again."
+        )
+
+
+class SchemaMismatchError(StoreError, ValueError):
+    """Rows do not fit the dataset's schema."""
+
+
+class CorruptionError(StoreError):
+    """A version record or shard on disk is damaged, missing or out of bounds."""
+
+
+class ImportFormatError(DyngenError, ValueError):
+    """An input file is not in verl's RL parquet/jsonl format."""
+
+
+class GeneratorError(DyngenError):
+    """Base class for errors loading or running a data generator."""
+
+
+class GeneratorNotFoundError(GeneratorError, FileNotFoundError):
+    """The generator's file or module does not exist."""
+
+
+class GeneratorImportError(GeneratorError, ImportError):
+    """The generator's module exists but raised while being imported."""
+
+
+class GeneratorClassNotFoundError(GeneratorError, AttributeError):
+    """The generator's module has no attribute with the configured class name."""
+
+
+class GeneratorTypeError(GeneratorError, TypeError):
+    """The configured generator is not a subclass of AbstractDataGenerator."""

@@ -1,0 +1,186 @@
+"""Shard files: Arrow IPC streams that `datasets.Dataset.from_file` memory-maps."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow as pa
+
+from dyngen.errors import SchemaMismatchError
+from dyngen.store.records import ShardInfo
+
+# Provenance columns the store adds to every row, so a row can be traced to its version.
+VERSION_COLUMN = "_dyngen_version"
+ROUND_COLUMN = "_dyngen_round"
+GENERATOR_COLUMN = "_dyngen_generator"
+PROVENANCE_FIELDS = (
+    pa.field(VERSION_COLUMN, pa.int64()),
+    pa.field(ROUND_COLUMN, pa.string()),
+    pa.field(GENERATOR_COLUMN, pa.string()),
+)
+PROVENANCE_COLUMNS = tuple(f.name for f in PROVENANCE_FIELDS)
+
+_BATCH_ROWS = 65_536
+_HASH_CHUNK = 8 << 20
+# Shards are immutable, so a checksum verified once stays valid while the file's identity
+# (inode, size, mtime) is unchanged; this keeps `refresh()` cost proportional to new shards.
+_verified: set[tuple[str, int, int, int]] = set()
+
+Rows = datasets.Dataset | pa.Table | list[Mapping[str, Any]] | Mapping[str, list[Any]]
+
+
+def to_table(rows: Rows) -> pa.Table:
+    """Convert any accepted row container to an Arrow table without copying Arrow data."""
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, datasets.Dataset):
+        # An indices mapping (after select/shuffle) must be applied; plain datasets are free.
+        return rows.with_format("arrow")[:] if len(rows) else rows.data.table.slice(0, 0)
+    if isinstance(rows, Mapping):
+        return pa.table(dict(rows))
+    if isinstance(rows, list):
+        return pa.Table.from_pylist(rows)
+    raise TypeError(
+        "rows must be a datasets.Dataset, pyarrow.Table, list of dicts or dict of lists; "
+        f"found {type(rows).__name__}"
+    )
+
+
+def with_provenance(table: pa.Table, version: int, round_id: str | None,
+                    generator: str | None) -> pa.Table:
+    """Set the provenance columns of every row (replacing any already present)."""
+    n = len(table)
+    values = (
+        pa.array([version] * n, pa.int64()),
+        pa.array([round_id] * n, pa.string()),
+        pa.array([generator] * n, pa.string()),
+    )
+    for fld, arr in zip(PROVENANCE_FIELDS, values, strict=True):
+        if fld.name in table.column_names:
+            table = table.set_column(table.column_names.index(fld.name), fld, arr)
+        else:
+            table = table.append_column(fld, arr)
+    return table
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Cast `table` to `schema`: reorder fields, fill absent ones with null, refuse extras.
+
+    Arrow's struct cast silently drops fields the target lacks; dropping a user's data
+    without a word is never acceptable, so extras are found first and reported.
+    """
+    extra = [c for c in table.column_names if c not in schema.names]
+    extra += [p for f in schema if f.name in table.column_names
+              for p in _dropped_fields(table.schema.field(f.name).type, f.type, f.name)]
+    if extra:
+        raise SchemaMismatchError(
+            f"rows have fields the dataset schema lacks: {', '.join(extra)}. Expected only "
+            f"the dataset's columns ({', '.join(schema.names)}); drop or rename those fields, "
+            "or create a new dataset whose version 0 has them."
+        )
+    columns = []
+    for fld in schema:
+        if fld.name not in table.column_names:
+            columns.append(pa.nulls(len(table), fld.type))
+            continue
+        col = table.column(fld.name)
+        try:
+            columns.append(col.cast(fld.type) if col.type != fld.type else col)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaMismatchError(
+                f"column {fld.name!r}: expected {fld.type}, found {col.type} that cannot be "
+                f"converted ({exc}). Fix the rows so the column has the dataset's type."
+            ) from exc
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _dropped_fields(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
+    """Nested field paths present in `src` that a cast to `dst` would silently drop."""
+    if pa.types.is_struct(src) and pa.types.is_struct(dst):
+        dst_names = {dst.field(i).name: dst.field(i).type for i in range(dst.num_fields)}
+        out: list[str] = []
+        for i in range(src.num_fields):
+            f = src.field(i)
+            if f.name not in dst_names:
+                out.append(f"{path}.{f.name}")
+            else:
+                out += _dropped_fields(f.type, dst_names[f.name], f"{path}.{f.name}")
+        return out
+    if _is_list(src) and _is_list(dst):
+        return _dropped_fields(src.value_type, dst.value_type, f"{path}[]")
+    return []
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def write_shard(table: pa.Table, path: Path) -> ShardInfo:
+    """Write `table` as a new immutable shard at `path` (which must not exist)."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    with open(tmp, "xb") as fh:
+        with pa.ipc.new_stream(fh, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
+                writer.write_batch(batch)
+        fh.flush()
+        os.fsync(fh.fileno())
+    # Renaming after the data is durable means a crash never leaves a half file named
+    # like a shard; the link fails rather than replacing a file that exists.
+    os.link(tmp, path)
+    os.unlink(tmp)
+    digest = file_sha256(path)
+    return ShardInfo(path="", rows=len(table), bytes=path.stat().st_size, sha256=digest)
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_shard(path: Path, info: ShardInfo, *, checksum: bool = True) -> str | None:
+    """Describe what is wrong with a shard file, or return None if it matches its record."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return f"shard {info.path} is missing"
+    if st.st_size != info.bytes:
+        return f"shard {info.path} has {st.st_size} bytes, its record says {info.bytes}"
+    if not checksum:
+        return None
+    identity = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if identity in _verified:
+        return None
+    actual = file_sha256(path)
+    if actual != info.sha256:
+        return f"shard {info.path} checksum is {actual[:12]}…, its record says {info.sha256[:12]}…"
+    _verified.add(identity)
+    return None
+
+
+def read_shard(path: Path) -> datasets.Dataset:
+    """Memory-map one shard as a Dataset (no rows are copied into memory)."""
+    return datasets.Dataset.from_file(str(path), in_memory=False)
+
+
+def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
+    """A readable, comparable JSON form of an Arrow schema (Hugging Face features)."""
+    return datasets.Features.from_arrow_schema(schema).to_dict()
+
+
+def schema_from_json(data: Mapping[str, Any]) -> pa.Schema:
+    """Inverse of `schema_to_json`."""
+    return datasets.Features.from_dict(dict(data)).arrow_schema
+
+
+def iter_shard_paths(folder: Path) -> Iterable[Path]:
+    """Every file in a shard folder, including unfinished temp files."""
+    return sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []

@@ -1,0 +1,24 @@
+"""Verl-format rows for tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def verl_row(i: int, source: str = "seed", content: str | None = None) -> dict[str, Any]:
+    """One row in verl's RL schema, distinct for each `i`."""
+    return {
+        "data_source": source,
+        "prompt": [
+            {"role": "system", "content": "Solve the problem."},
+            {"role": "user", "content": content if content is not None else f"What is {i} + {i}?"},
+        ],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+        "extra_info": {"index": i, "split": "train"},
+    }
+
+
+def verl_rows(n: int, start: int = 0, source: str = "seed") -> list[dict[str, Any]]:
+    """`n` distinct rows with indices start..start+n-1."""
+    return [verl_row(i, source) for i in range(start, start + n)]
