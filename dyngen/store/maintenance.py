@@ -89,6 +89,13 @@ def _check_shard(store: Store, name: str, rec: VersionRecord, info: ShardInfo,
         return f"not a readable Arrow stream ({exc})"
     if table.num_rows != info.rows:
         return f"holds {table.num_rows} rows, the record says {info.rows}"
+    if info.keys is not None:
+        try:
+            size = store.shard_path(name, info, rec.version, rel=info.keys).stat().st_size
+        except (CorruptionError, OSError) as exc:
+            return f"prompt keys {info.keys} are unusable ({exc})"
+        if size != 8 * info.rows:
+            return f"prompt keys {info.keys} hold {size // 8} keys, the shard has {info.rows} rows"
     expected = sh.schema_from_json(schema_json) if schema_json is not None else REJECTED_SCHEMA
     if not table.schema.equals(expected, check_metadata=False):
         return f"schema differs from the version's schema: found {table.schema}"
@@ -106,7 +113,7 @@ def gc(store: Store, name: str, *, grace_seconds: float = DEFAULT_GC_GRACE_SECON
     fresh = Store(store.root)
     live: set[str] = set()
     for rec in fresh.history(name):
-        live.update(s.path for s in rec.shards + rec.rejected)
+        live.update(f for s in rec.shards + rec.rejected for f in s.files)
     cutoff = time.time() - grace_seconds
     removed = []
     for sub in (DATA_DIR, REJECTED_DIR, VERSIONS_DIR):

@@ -21,6 +21,7 @@ class ShardInfo:
     rows: int
     bytes: int
     sha256: str
+    keys: str | None = None  # sorted prompt keys beside a data shard (see store/keys.py)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ShardInfo:
@@ -30,7 +31,13 @@ class ShardInfo:
             rows=_typed(data, "rows", int),
             bytes=_typed(data, "bytes", int),
             sha256=_typed(data, "sha256", str),
+            keys=_typed(data, "keys", str) if data.get("keys") is not None else None,
         )
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file this shard consists of, relative to the dataset folder."""
+        return (self.path,) if self.keys is None else (self.path, self.keys)
 
 
 @dataclass(frozen=True)

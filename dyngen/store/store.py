@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 import pyarrow as pa
 
 from dyngen.errors import (
@@ -29,6 +30,7 @@ from dyngen.errors import (
     SchemaMismatchError,
     VersionNotFoundError,
 )
+from dyngen.store import keys as pk
 from dyngen.store import shards as sh
 from dyngen.store.names import validate_name
 from dyngen.store.records import ShardInfo, VersionRecord
@@ -37,7 +39,8 @@ DATA_DIR = "data"
 REJECTED_DIR = "rejected"
 VERSIONS_DIR = "_versions"
 _RECORD_NAME = re.compile(r"(\d{20})\.json")
-_SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.arrow")
+_SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.(arrow|keys)")
+PROMPT_COLUMN = "prompt"
 REJECTED_SCHEMA = pa.schema([("reason", pa.string()), ("detail", pa.string()),
                              ("row", pa.string())])
 
@@ -76,16 +79,18 @@ class Store:
         """The folder of dataset `name` (validated: always a direct child of the root)."""
         return self.root / validate_name(name)
 
-    def shard_path(self, name: str, info: ShardInfo, version: int | None = None) -> Path:
-        """Absolute path of a shard named in a record, refusing anything outside the dataset."""
-        if not _SHARD_PATH.fullmatch(info.path):
+    def shard_path(self, name: str, info: ShardInfo, version: int | None = None, *,
+                   rel: str | None = None) -> Path:
+        """Absolute path of a shard (or its file `rel`), refusing anything outside the dataset."""
+        rel = info.path if rel is None else rel
+        if not _SHARD_PATH.fullmatch(rel):
             where = f"version {version}" if version is not None else "a record"
             raise CorruptionError(
-                f"{where} of dataset {name!r} names shard {info.path!r}, which is outside the "
+                f"{where} of dataset {name!r} names shard {rel!r}, which is outside the "
                 f"dataset's {DATA_DIR}/ and {REJECTED_DIR}/ folders; the record was tampered "
                 "with"
             )
-        return self.dataset_dir(name) / info.path
+        return self.dataset_dir(name) / rel
 
     def list_datasets(self) -> list[str]:
         """Names of the datasets under the root that have a version log."""
@@ -185,6 +190,26 @@ class Store:
             target = schema if schema is not None else sh.schema_from_json(rec.schema)
             return datasets.Dataset(datasets.table.InMemoryTable(target.empty_table()))
         return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
+    def contains_prompts(self, name: str, keys: np.ndarray,
+                         version: int | None = None) -> np.ndarray:
+        """Which prompt keys (see `dyngen.store.keys`) some row of a version already has."""
+        rec = self.head(name) if version is None else self.record(name, version)
+        found = np.zeros(len(keys), dtype=bool)
+        if len(keys) == 0:
+            return found
+        for info in rec.shards:
+            if info.keys is None:  # a shard of a dataset without a prompt column
+                continue
+            path = self.shard_path(name, info, rec.version, rel=info.keys)
+            try:
+                found |= pk.contains(path, keys)
+            except (OSError, ValueError) as exc:
+                raise CorruptionError(
+                    f"prompt keys {info.keys} of version {rec.version} of dataset {name!r} are "
+                    f"unreadable ({exc}). Run `dyngen verify {name}`."
+                ) from exc
+        return found
 
     # ---- writing -------------------------------------------------------------------
     def create(self, name: str, rows: sh.Rows, *, idempotency_key: str | None = None,
@@ -293,7 +318,7 @@ class Store:
             table = sh.with_provenance(table, head.version + 1, pending.round_id,
                                        pending.generator)
             new_shards += self._write_data(pending.dataset, table)
-            path.unlink()
+            self.abort(replace(pending, new_shards=(info,), rejected=()))
         return replace(pending, parent=head.version, base_shards=head.shards,
                        new_shards=tuple(new_shards))
 
@@ -335,7 +360,8 @@ class Store:
     def abort(self, pending: PendingCommit) -> None:
         """Remove a pending commit's shards (only ever called before they are committed)."""
         for info in pending.new_shards + pending.rejected:
-            self.shard_path(pending.dataset, info).unlink(missing_ok=True)
+            for rel in info.files:
+                self.shard_path(pending.dataset, info, rel=rel).unlink(missing_ok=True)
 
     def find_idempotency_key(self, name: str, key: str) -> VersionRecord | None:
         """The version committed with `key`, if any."""
@@ -361,11 +387,16 @@ class Store:
         return self._write(name, REJECTED_DIR, sh.conform(table, REJECTED_SCHEMA))
 
     def _write(self, name: str, sub: str, table: pa.Table) -> tuple[ShardInfo, ...]:
-        folder = self.dataset_dir(name) / sub
-        folder.mkdir(parents=True, exist_ok=True)
-        rel = f"{sub}/{uuid.uuid4().hex}.arrow"
-        info = sh.write_shard(table, self.dataset_dir(name) / rel)
-        return (replace(info, path=rel),)
+        base = self.dataset_dir(name)
+        (base / sub).mkdir(parents=True, exist_ok=True)
+        stem = f"{sub}/{uuid.uuid4().hex}"
+        keys_rel = None
+        if sub == DATA_DIR and PROMPT_COLUMN in table.column_names:
+            keys_rel = f"{stem}.keys"
+            pk.write_keys(pk.prompt_keys(table.column(PROMPT_COLUMN).to_pylist()),
+                          base / keys_rel)
+        info = sh.write_shard(table, base / f"{stem}.arrow")
+        return (replace(info, path=f"{stem}.arrow", keys=keys_rel),)
 
     @staticmethod
     def _not_found(name: str) -> DatasetNotFoundError:

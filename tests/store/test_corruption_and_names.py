@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dyngen.errors import CorruptionError, DatasetNameError
@@ -53,6 +54,11 @@ def shard_outside_dataset(base: Path) -> None:
     path.write_text(json.dumps(data))
 
 
+def delete_prompt_keys(base: Path) -> None:
+    data = json.loads(_record(base, 1).read_text())
+    (base / data["shards"][-1]["keys"]).unlink()
+
+
 def truncate_shard(base: Path) -> None:
     path = _newest_shard(base)
     path.write_bytes(path.read_bytes()[:100])
@@ -84,13 +90,24 @@ def test_verify_reports_damage_and_load_refuses(tmp_path: Path, kind: str) -> No
     assert not (tmp_path / "outside.arrow").exists()
 
 
+def test_missing_prompt_keys_are_reported_and_dedup_refuses_but_rows_still_load(
+    tmp_path: Path,
+) -> None:
+    store, base = _damaged_store(tmp_path)
+    delete_prompt_keys(base)
+    assert any("prompt keys" in p.message for p in verify(store, "ds"))
+    assert Store(store.root).load("ds").num_rows == 25
+    with pytest.raises(CorruptionError, match="prompt keys .* unreadable"):
+        Store(store.root).contains_prompts("ds", np.array([1], dtype="<u8"))
+
+
 def test_gc_refuses_when_a_record_is_unreadable(tmp_path: Path) -> None:
     store, base = _damaged_store(tmp_path)
     truncate_record(base)
     with pytest.raises(CorruptionError):
         gc(store, "ds", grace_seconds=0)
     # shards survive: nothing is deleted on a guess
-    assert len(list((base / "data").iterdir())) == 2
+    assert len(list((base / "data").glob("*.arrow"))) == 2
 
 
 @pytest.mark.parametrize("kind", ["missing shard", "truncated record"])

@@ -102,7 +102,7 @@ def test_shard_without_commit_leaves_head_unchanged_and_gc_removes_it(store: Sto
     assert store.head("ds").version == 0
     assert indices(store.load("ds")) == [0, 1]
     assert gc(store, "ds") == []  # inside the grace period: a round may still be in flight
-    assert gc(store, "ds", grace_seconds=0) == [pending.new_shards[0].path]
+    assert gc(store, "ds", grace_seconds=0) == sorted(pending.new_shards[0].files)
     assert not orphan.exists()
     assert verify(store, "ds") == []
 
@@ -199,3 +199,21 @@ def test_rows_missing_optional_fields_are_filled_with_null(store: Store) -> None
     del row["extra_info"]["split"]
     store.append("ds", [row])
     assert store.load("ds")[1]["extra_info"] == {"index": 1, "split": None}
+
+
+def test_contains_prompts_finds_stored_prompts_by_normalised_key(store: Store) -> None:
+    import numpy as np
+
+    from dyngen.store.keys import prompt_keys
+
+    store.create("ds", verl_rows(3))
+    store.append("ds", verl_rows(2, start=3))
+    same_but_spaced = [{"role": " System", "content": "Solve   the problem. "},
+                       {"role": "user", "content": "What is 4 +  4?"}]
+    probes = [verl_rows(1, start=0)[0]["prompt"], same_but_spaced,
+              verl_rows(1, start=9)[0]["prompt"]]
+    found = store.contains_prompts("ds", prompt_keys(probes))
+    assert found.tolist() == [True, True, False]
+    assert store.contains_prompts("ds", prompt_keys(probes), version=0).tolist() == [
+        True, False, False]
+    assert store.contains_prompts("ds", np.array([], dtype="<u8")).tolist() == []

@@ -1,0 +1,72 @@
+"""Prompt keys: a 64-bit hash of a normalised prompt, kept sorted beside each shard.
+
+Dedup asks "is this prompt already in the dataset?" for the new rows only: each
+shard's sorted key file is memory-mapped and binary-searched, so the cost grows with
+the number of new rows and shards, not with the number of rows already stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+KEY_DTYPE = np.dtype("<u8")
+
+
+def normalise_prompt(prompt: Any) -> str:
+    """A canonical text for a prompt: NFC, trimmed, whitespace collapsed, roles lowercased."""
+    if isinstance(prompt, str):
+        messages: list[Any] = [{"role": "user", "content": prompt}]
+    elif isinstance(prompt, (list, tuple)):
+        messages = list(prompt)
+    else:
+        return json.dumps(prompt, sort_keys=True, default=str)
+    parts = []
+    for m in messages:
+        if isinstance(m, dict):
+            role = str(m.get("role", "")).strip().lower()
+            content = " ".join(unicodedata.normalize("NFC", str(m.get("content", ""))).split())
+            parts.append([role, content])
+        else:
+            parts.append(["", " ".join(str(m).split())])
+    return json.dumps(parts, ensure_ascii=False)
+
+
+def prompt_key(prompt: Any) -> int:
+    """The 64-bit key of one prompt."""
+    digest = hashlib.blake2b(normalise_prompt(prompt).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def prompt_keys(prompts: list[Any]) -> np.ndarray:
+    """Keys of many prompts, in order."""
+    return np.fromiter((prompt_key(p) for p in prompts), dtype=KEY_DTYPE, count=len(prompts))
+
+
+def write_keys(keys: np.ndarray, path: Path) -> None:
+    """Write keys sorted, durably, to a new file at `path`."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    with open(tmp, "xb") as fh:
+        np.sort(keys.astype(KEY_DTYPE)).tofile(fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.link(tmp, path)
+    os.unlink(tmp)
+
+
+def contains(path: Path, keys: np.ndarray) -> np.ndarray:
+    """Which of `keys` are in the sorted key file at `path` (memory-mapped, binary search)."""
+    if path.stat().st_size == 0:
+        return np.zeros(len(keys), dtype=bool)
+    stored = np.memmap(path, dtype=KEY_DTYPE, mode="r")
+    pos = np.searchsorted(stored, keys)
+    found = np.zeros(len(keys), dtype=bool)
+    inside = pos < len(stored)
+    found[inside] = stored[pos[inside]] == keys[inside]
+    return found
