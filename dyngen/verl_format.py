@@ -16,7 +16,8 @@ from dyngen.store import PROVENANCE_COLUMNS, Store, VersionRecord
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 
 
-def read_verl_files(paths: Sequence[str | os.PathLike[str]], prompt_key: str = "prompt") -> pa.Table:
+def read_verl_files(paths: Sequence[str | os.PathLike[str]],
+                    prompt_key: str = "prompt") -> pa.Table:
     """Read verl-format .parquet / .jsonl files into one table, checking the row schema."""
     if not paths:
         raise ImportFormatError("no input files given; pass one or more .parquet or .jsonl files.")

@@ -49,7 +49,8 @@ def verify(store: Store, name: str) -> list[Problem]:
             problems.append(Problem(n, f"{VERSIONS_DIR}/{n:020d}.json", str(exc)))
             continue
         problems += _check_record(rec)
-        for info, schema in [(s, rec.schema) for s in rec.shards] + [(s, None) for s in rec.rejected]:
+        named = [(s, rec.schema) for s in rec.shards] + [(s, None) for s in rec.rejected]
+        for info, schema in named:
             if info.path not in checked:
                 checked[info.path] = _check_shard(fresh, name, rec, info, schema)
             if checked[info.path] is not None:
@@ -62,7 +63,8 @@ def _check_record(rec: VersionRecord) -> list[Problem]:
     out = []
     expected_parent = None if rec.version == 0 else rec.version - 1
     if rec.parent != expected_parent:
-        out.append(Problem(rec.version, path, f"parent is {rec.parent}, expected {expected_parent}"))
+        out.append(Problem(rec.version, path,
+                           f"parent is {rec.parent}, expected {expected_parent}"))
     total = sum(s.rows for s in rec.shards)
     if rec.rows != total:
         out.append(Problem(rec.version, path, f"rows is {rec.rows}, its shards hold {total}"))

@@ -322,7 +322,8 @@ class Store:
         return replace(pending, parent=head.version, base_shards=head.shards,
                        new_shards=tuple(new_shards))
 
-    def commit_with_rebase(self, pending: PendingCommit, *, max_attempts: int = 200) -> VersionRecord:
+    def commit_with_rebase(self, pending: PendingCommit, *,
+                           max_attempts: int = 200) -> VersionRecord:
         """Commit, rebasing on each conflict; give up (and clean up) after `max_attempts`."""
         for attempt in range(max_attempts):
             try:

@@ -1,0 +1,429 @@
+"""The `dyngen` command: inspect, import, export and repair versioned datasets.
+
+Exit codes: 0 ok, 1 `verify` found problems, 2 a user error (any DyngenError, a bad
+path, a usage mistake), 3 an unexpected exception (rerun with --debug for the traceback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
+
+from dyngen.errors import DatasetNotFoundError, DyngenError
+from dyngen.store import Store, VersionRecord, gc, verify
+from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
+from dyngen.verl_format import export_version, import_files
+
+EXIT_PROBLEMS = 1
+EXIT_USER_ERROR = 2
+EXIT_UNEXPECTED = 3
+ROOT_ENV = "DYNGEN_STORE_ROOT"
+# Exceptions typer uses for its own control flow (usage errors, --help, Exit(n)).
+_TYPER_FLOW = (typer.Exit, typer.Abort, typer.TyperException)
+
+
+@dataclass
+class State:
+    """What the global options resolve to, shared by every command."""
+
+    root: Path | None
+    config_path: Path | None
+    debug: bool
+    # Consoles are made per invocation so they see the streams and COLUMNS of that run.
+    out: Console = field(default_factory=lambda: _console())
+    _config: DictConfig | None = None
+    _store: Store | None = None
+
+    def config(self) -> DictConfig:
+        """The OmegaConf config (defaults plus --config), loaded once on first use."""
+        if self._config is None:
+            from dyngen.config import load_config
+
+            self._config = load_config(self.config_path)
+        return self._config
+
+    def store(self) -> Store:
+        """The store at --root, else $DYNGEN_STORE_ROOT, else the config's store.root."""
+        if self._store is None:
+            root = self.root if self.root is not None else Path(self.config().store.root)
+            self._store = Store(root)
+        return self._store
+
+
+class _Group(TyperGroup):
+    """Runs every command inside the one error handler that maps exceptions to exit codes."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _TYPER_FLOW:
+            raise
+        except BrokenPipeError:
+            # The reader (`| head`) stopped listening: nothing is wrong, stop quietly.
+            _silence_stdout()
+            raise typer.Exit(0) from None
+        except (DyngenError, OSError) as exc:
+            _fail(ctx, _describe(exc), EXIT_USER_ERROR, hint=_root_hint(ctx, exc))
+        except Exception as exc:
+            _fail(ctx, f"unexpected {type(exc).__name__}: {exc}", EXIT_UNEXPECTED,
+                  hint="this is a bug or an environment problem; rerun with --debug for "
+                       "the traceback")
+
+
+def _silence_stdout() -> None:
+    # Not a real file (a test runner's buffer) means nothing will flush at exit either.
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, DyngenError) and exc.strerror:
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"cannot access{where}: {exc.strerror}"
+    return str(exc)
+
+
+def _root_hint(ctx: Any, exc: BaseException) -> str | None:
+    state = ctx.obj
+    if isinstance(exc, DatasetNotFoundError) and isinstance(state, State) and state._store:
+        return f"store root is {state._store.root} (set it with --root or ${ROOT_ENV})"
+    return None
+
+
+def _console(stderr: bool = False) -> Console:
+    # Rich wraps to 80 columns when not on a terminal; piped tables stay readable wider.
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, highlight=False, width=160 if piped else None)
+
+
+def _fail(ctx: Any, message: str, code: int, hint: str | None = None) -> None:
+    err = _console(stderr=True)
+    err.soft_wrap = True
+    if ctx.params.get("debug"):
+        err.print(traceback.format_exc(), markup=False, end="")
+    err.print(f"error: {message}", style="red", markup=False)
+    if hint:
+        err.print(hint, style="dim", markup=False)
+    raise typer.Exit(code)
+
+
+app = typer.Typer(
+    cls=_Group, no_args_is_help=True, add_completion=False,
+    help="Inspect and maintain dyngen's versioned datasets.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+Name = Annotated[str, typer.Argument(help="Dataset name.")]
+VersionOpt = Annotated[int | None, typer.Option("--version", "-v",
+                                                 help="Version number (default: head).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON lines for scripts.")]
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    root: Annotated[Path | None, typer.Option(
+        envvar=ROOT_ENV, help="Store root (default: $DYNGEN_STORE_ROOT, else store.root "
+                              "of the config).")] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="OmegaConf YAML config file.")] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+) -> None:
+    ctx.obj = State(root=root, config_path=config, debug=debug)
+
+
+def _state(ctx: typer.Context) -> State:
+    return ctx.find_object(State)  # type: ignore[return-value]
+
+
+# ---- commands ------------------------------------------------------------------------
+@app.command("import")
+def import_(
+    ctx: typer.Context, name: Name,
+    files: Annotated[list[Path], typer.Argument(help="verl .parquet or .jsonl files.")],
+    prompt_key: Annotated[str, typer.Option(help="Column holding the chat prompt.")] = "prompt",
+) -> None:
+    """Create a dataset at version 0 from verl-format files."""
+    state = _state(ctx)
+    rec = import_files(state.store(), name, files, prompt_key=prompt_key)
+    state.out.print(f"imported {rec.rows} rows from {len(files)} file(s) into {name!r} "
+                    f"as version {rec.version}")
+
+
+@app.command("log")
+def log(ctx: typer.Context, name: Name, as_json: JsonOpt = False) -> None:
+    """Show the version history with each round's lineage."""
+    state = _state(ctx)
+    history = state.store().history(name)
+    if as_json:
+        for rec in history:
+            typer.echo(json.dumps(asdict(rec), ensure_ascii=False))
+        return
+    rows_of = {r.version: r.rows for r in history}
+    table = Table(title=f"{name} ({len(history)} versions)")
+    for col in ("version", "parent", "operation", "rows", "created", "generator", "trigger",
+                "counts", "run"):
+        table.add_column(col, justify="right" if col in ("version", "parent", "rows") else "left")
+    for rec in history:
+        delta = "" if rec.parent not in rows_of else f" ({rec.rows - rows_of[rec.parent]:+d})"
+        _add_row(
+            table, str(rec.version), "-" if rec.parent is None else str(rec.parent),
+            _operation(rec), f"{rec.rows}{delta}", rec.created_at[:19].replace("T", " "),
+            *_lineage_cells(rec.lineage),
+        )
+    state.out.print(table)
+
+
+@app.command("show")
+def show(
+    ctx: typer.Context, name: Name, version: VersionOpt = None,
+    limit: Annotated[int, typer.Option(min=0, help="Rows to show.")] = 10,
+    offset: Annotated[int, typer.Option(min=0, help="First row to show.")] = 0,
+    rejected: Annotated[bool, typer.Option(
+        "--rejected", help="Show quarantined rows with their reasons instead.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show rows of a version with their provenance (version added, round, generator)."""
+    state = _state(ctx)
+    store = state.store()
+    rec = store.head(name) if version is None else store.record(name, version)
+    ds = store.load_rejected(name, rec.version) if rejected else store.load(name, rec.version)
+    stop = min(offset + limit, len(ds))
+    rows = ds.select(range(offset, stop)).to_list() if offset < stop else []
+    if rejected:
+        for row in rows:
+            row["row"] = _parse_json(row.get("row"))
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row, ensure_ascii=False, default=str))
+        return
+    what = "rejected rows" if rejected else "rows"
+    title = f"{name} v{rec.version}: {what} {offset}..{max(stop - 1, offset)} of {len(ds)}"
+    if not rows:
+        state.out.print(f"{name} v{rec.version}: no {what} at offset {offset} "
+                        f"(there are {len(ds)})", markup=False)
+        return
+    prompt_key = str(state.config().data.prompt_key)
+    if rejected:
+        table = _table(title, "#", "reason", "detail", "prompt")
+        for i, row in enumerate(rows, offset):
+            original = row["row"] if isinstance(row["row"], dict) else {}
+            _add_row(table, str(i), row.get("reason") or "", _clip(row.get("detail") or "", 60),
+                          _prompt_text(original.get(prompt_key, original.get("prompt"))))
+    else:
+        table = _table(title, "#", "added in", "round", "generator", "source", "prompt")
+        for i, row in enumerate(rows, offset):
+            _add_row(table, str(i), f"v{row.get(VERSION_COLUMN)}",
+                          _short(row.get(ROUND_COLUMN)), row.get(GENERATOR_COLUMN) or "-",
+                          str(row.get("data_source", "")),
+                          _prompt_text(row.get(prompt_key, row.get("prompt"))))
+    state.out.print(table)
+
+
+@app.command("export")
+def export(
+    ctx: typer.Context, name: Name,
+    out: Annotated[Path, typer.Argument(help="Output .parquet file.")],
+    version: VersionOpt = None,
+    with_provenance: Annotated[bool, typer.Option(
+        "--with-provenance", help="Keep the _dyngen_* provenance columns.")] = False,
+) -> None:
+    """Write a version as one parquet file that verl's data.train_files reads."""
+    state = _state(ctx)
+    store = state.store()
+    rec = store.head(name) if version is None else store.record(name, version)
+    path = export_version(store, name, out, version=rec.version, with_provenance=with_provenance)
+    state.out.print(f"exported {rec.rows} rows of {name!r} version {rec.version} to {path}",
+                    markup=False)
+
+
+@app.command("verify")
+def verify_(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="Dataset name.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Verify every dataset.")] = False,
+) -> None:
+    """Check every version record and shard; exit 1 if anything is damaged."""
+    state = _state(ctx)
+    store = state.store()
+    if (name is None) == (not all_):
+        raise typer.BadParameter("give a dataset name or --all, not both and not neither")
+    names = store.list_datasets() if all_ else [name or ""]
+    if not names:
+        state.out.print(f"no datasets under {store.root}", markup=False)
+    damaged = False
+    for dataset in names:
+        if not store.dataset_dir(dataset).is_dir():
+            # A typo is a user error (exit 2), not damage (exit 1).
+            raise DatasetNotFoundError(
+                f"dataset {dataset!r} does not exist; `dyngen datasets` lists them.")
+        problems = verify(store, dataset)
+        damaged = damaged or bool(problems)
+        for problem in problems:
+            state.out.print(f"{dataset}: {problem}", style="red", markup=False, soft_wrap=True)
+        if problems:
+            state.out.print(f"{dataset}: {len(problems)} problem(s)", markup=False)
+        else:
+            head, count = store.head(dataset), len(store.versions(dataset))
+            state.out.print(f"ok: {dataset}: {count} versions, head v{head.version} with "
+                            f"{head.rows} rows", markup=False)
+    if damaged:
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command("restore")
+def restore(
+    ctx: typer.Context, name: Name,
+    version: Annotated[int, typer.Argument(help="The version whose rows to restore.")],
+) -> None:
+    """Commit a new version whose rows are exactly those of an earlier one."""
+    state = _state(ctx)
+    rec = state.store().restore(name, version)
+    state.out.print(f"restored {name!r} version {version} as version {rec.version} "
+                    f"({rec.rows} rows)", markup=False)
+
+
+@app.command("gc")
+def gc_(
+    ctx: typer.Context, name: Name,
+    grace_seconds: Annotated[float, typer.Option(
+        min=0, help="Keep unreferenced files younger than this (a round may be in flight).")]
+    = 3600.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List, do not delete.")] = False,
+) -> None:
+    """Remove shards and temp files that no version names."""
+    state = _state(ctx)
+    removed = gc(state.store(), name, grace_seconds=grace_seconds, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for rel in removed:
+        state.out.print(f"{verb} {rel}", markup=False)
+    state.out.print(f"{verb} {len(removed)} file(s)" if removed else "nothing to remove")
+
+
+@app.command("demo")
+def demo(
+    ctx: typer.Context,
+    workdir: Annotated[Path, typer.Option(help="Folder for the demo's files.")] = Path(
+        ".dyngen/demo"),
+) -> None:
+    """Walk through the store on a small verl-format dataset."""
+    from dyngen.demo import run_demo
+
+    run_demo(workdir, _state(ctx).out)
+
+
+@app.command("datasets")
+def datasets_(ctx: typer.Context) -> None:
+    """List the datasets under the store root with their head version and rows."""
+    state = _state(ctx)
+    store = state.store()
+    names = store.list_datasets()
+    if not names:
+        state.out.print(f"no datasets under {store.root}", markup=False)
+        return
+    table = _table(f"datasets in {store.root}", "name", "head", "rows", "created")
+    for dataset in names:
+        try:
+            head = store.head(dataset)
+        except DyngenError as exc:
+            table.add_row(Text(dataset), Text("damaged", style="red"), "",
+                          Text(_clip(str(exc), 60)))
+            continue
+        _add_row(table, dataset, f"v{head.version}", str(head.rows),
+                 head.created_at[:19].replace("T", " "))
+    state.out.print(table)
+
+
+# ---- formatting ----------------------------------------------------------------------
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=escape(title))
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
+def _add_row(table: Table, *cells: str) -> None:
+    """Add cells as plain text: user data is never parsed as rich markup."""
+    table.add_row(*(Text(cell) for cell in cells))
+
+
+def _operation(rec: VersionRecord) -> str:
+    restored = rec.lineage.get("restored_from")
+    if rec.operation == "restore" and restored is not None:
+        return f"restore v{restored}"
+    imported = rec.lineage.get("imported_from")
+    if isinstance(imported, list) and imported:
+        return f"import ({len(imported)} file{'s' if len(imported) > 1 else ''})"
+    return rec.operation
+
+
+def _lineage_cells(lineage: dict[str, Any]) -> tuple[str, str, str, str]:
+    """Generator, trigger, counts and run id, compact; lineage is free-form, so be lenient."""
+    generator = _dict(lineage.get("generator")).get("class") or ""
+    trigger = _dict(lineage.get("trigger"))
+    parts = [f"step {trigger['step']}"] if trigger.get("step") is not None else []
+    if trigger.get("event_id"):
+        parts.append(_short(trigger["event_id"]))
+    counts = _dict(lineage.get("counts"))
+    count_text = ""
+    if counts:
+        count_text = f"kept {counts.get('kept', '?')}/{counts.get('generated', '?')}"
+        reasons = _dict(counts.get("rejected"))
+        if reasons:
+            count_text += " · " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+    run = lineage.get("flow_run_id")
+    return (str(generator).rsplit(".", 1)[-1], " · ".join(parts), count_text,
+            _short(run) if run else "")
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _short(value: Any, n: int = 8) -> str:
+    return "-" if value is None else str(value)[:n]
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _prompt_text(prompt: Any, n: int = 70) -> str:
+    """The last user message of a chat prompt, on one line and truncated."""
+    if isinstance(prompt, list):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        last = users[-1] if users else (prompt[-1] if prompt else {})
+        prompt = last.get("content", "") if isinstance(last, dict) else last
+    return _clip("" if prompt is None else str(prompt), n)
+
+
+def _parse_json(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except json.JSONDecodeError:
+        return text
+
+
+def main() -> None:
+    """Entry point of the `dyngen` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
