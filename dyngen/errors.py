@@ -80,3 +80,11 @@ class GeneratorClassNotFoundError(GeneratorError, AttributeError):
 
 class GeneratorTypeError(GeneratorError, TypeError):
     """The configured generator is not a subclass of AbstractDataGenerator."""
+
+
+class GeneratorOutputError(GeneratorError, TypeError):
+    """A generator returned something that is not a set of rows."""
+
+
+class TriggerError(DyngenError, ValueError):
+    """A round's trigger (event payload) is malformed, mistyped or too large."""

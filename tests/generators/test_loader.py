@@ -167,7 +167,7 @@ def test_error_inside_user_file_is_chained(
     assert type(info.value.__cause__) is cause
     assert shown in message and cause.__name__ in message
     assert str(bad) in message and "'Gen'" in message
-    assert not [name for name in sys.modules if name.startswith("_dyngen_generator_bad_gen_")]
+    assert not [name for name in sys.modules if name.startswith("_dyngen_plugin_bad_gen_")]
 
 
 def test_missing_dependency_of_package_module_is_import_error(

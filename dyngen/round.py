@@ -1,0 +1,230 @@
+"""A generation round's core, free of Prefect: trigger, context, stages and lineage.
+
+The stages (load → generate → filter → concat → version) are plain functions here;
+`tasks/` wraps each in a Prefect task and `flows/generation_round.py` chains them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow as pa
+from omegaconf import DictConfig, OmegaConf
+
+from dyngen.config import config_hash, tokenizer_path
+from dyngen.errors import ConfigError, GeneratorOutputError, TriggerError
+from dyngen.filters import (
+    DuplicateFilter,
+    FilterOutcome,
+    OverlongPromptFilter,
+    RowFilter,
+    SchemaFilter,
+    normalise_row,
+    run_filters,
+)
+from dyngen.plugins import load_class
+from dyngen.store import PendingCommit, Store, VersionRecord
+from dyngen.store.names import validate_name
+from dyngen.store.shards import schema_from_json
+
+MAX_METRICS = 256
+MAX_TRIGGER_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What started a round: the batch-end event, its training step and metrics."""
+
+    event_id: str | None = None
+    step: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    rollouts: str | None = None
+
+    @classmethod
+    def parse(cls, value: Trigger | Mapping[str, Any] | None) -> Trigger:
+        """Validate an untrusted trigger (an event payload): types, sizes, known fields."""
+        if value is None:
+            return cls()
+        if isinstance(value, Trigger):
+            return value
+        if not isinstance(value, Mapping):
+            raise TriggerError(f"trigger must be a mapping, found {type(value).__name__}.")
+        if len(json.dumps(value, default=str)) > MAX_TRIGGER_BYTES:
+            raise TriggerError(f"trigger payload is larger than {MAX_TRIGGER_BYTES} bytes; "
+                               "send metrics as a few numbers and rollouts as a file path.")
+        unknown = sorted(set(value) - {"event_id", "step", "metrics", "rollouts"})
+        if unknown:
+            raise TriggerError(f"trigger has unknown fields {unknown}; expected event_id, "
+                               "step, metrics, rollouts.")
+        event_id, step, rollouts = value.get("event_id"), value.get("step"), value.get("rollouts")
+        if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 200):
+            raise TriggerError(f"trigger.event_id must be a string of 1-200 characters, "
+                               f"found {event_id!r}.")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise TriggerError(f"trigger.step must be a non-negative integer, found {step!r}.")
+        if rollouts is not None and not isinstance(rollouts, str):
+            raise TriggerError(f"trigger.rollouts must be a file path, found {rollouts!r}.")
+        return cls(event_id=event_id, step=step, metrics=_metrics(value.get("metrics")),
+                   rollouts=rollouts)
+
+    def idempotency_key(self, dataset: str) -> str | None:
+        """The event id, else dataset + step: a re-delivered trigger lands once."""
+        if self.event_id is not None:
+            return f"event:{self.event_id}"
+        if self.step is not None:
+            return f"{dataset}:step:{self.step}"
+        return None
+
+
+def _metrics(value: Any) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or len(value) > MAX_METRICS:
+        raise TriggerError(f"trigger.metrics must be a mapping of at most {MAX_METRICS} "
+                           f"names to numbers, found {type(value).__name__}.")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                or not math.isfinite(v):
+            raise TriggerError(f"trigger.metrics[{k!r}] must be a finite number, found {v!r}.")
+        out[k] = float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What a generator may know about the round it runs in."""
+
+    dataset: str
+    round: int  # the version this round will commit
+    parent: int
+    trigger: Trigger
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data, for lineage and for generators that want a dict."""
+        return asdict(self)
+
+
+# ---- stages ---------------------------------------------------------------------------
+def load_head(store: Store, name: str) -> tuple[datasets.Dataset, VersionRecord]:
+    """The head version's record and its rows, memory-mapped."""
+    validate_name(name)
+    record = store.head(name)
+    return store.load(name, record.version), record
+
+
+def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundContext) -> list[Any]:
+    """Run `generator.generate(dataset)` and return its new rows as a list.
+
+    verl's generators take only the dataset and reach rows through `.dataframe`; both
+    keep working. The round context is offered as `generator.round_context`, and passed
+    as `context=` to a `generate` that declares that parameter.
+    """
+    # verl hands generators its RLHFDataset, whose rows are in .dataframe.
+    dataset.dataframe = dataset  # type: ignore[attr-defined]
+    generator.round_context = context
+    if "context" in inspect.signature(generator.generate).parameters:
+        result = generator.generate(dataset, context=context)
+    else:
+        result = generator.generate(dataset)
+    return rows_from_output(result, type(generator).__qualname__)
+
+
+def rows_from_output(result: Any, generator: str) -> list[Any]:
+    """Convert a generator's return value to rows where that is unambiguous, else fail."""
+    expected = "expected a datasets.Dataset of new rows in verl's schema"
+    if isinstance(result, datasets.Dataset):
+        return result.to_list()
+    if isinstance(result, pa.Table):
+        return result.to_pylist()
+    if isinstance(result, (list, tuple)):
+        return list(result)
+    if type(result).__module__.startswith("pandas") and hasattr(result, "to_dict"):
+        return result.to_dict("records")
+    if isinstance(result, Mapping):
+        columns = list(result.values())
+        if columns and all(isinstance(c, list) for c in columns) \
+                and len({len(c) for c in columns}) == 1:
+            return [dict(zip(result.keys(), vals, strict=True)) for vals in zip(*columns,
+                                                                               strict=True)]
+        raise GeneratorOutputError(
+            f"generator {generator} returned a dict with keys {list(result)[:8]}; {expected} "
+            "(a dict of equal-length column lists is also accepted)."
+        )
+    shown = "None" if result is None else f"a {type(result).__name__}"
+    raise GeneratorOutputError(f"generator {generator} returned {shown}; {expected}. "
+                               "Return only the new rows, e.g. datasets.Dataset.from_list(rows).")
+
+
+def build_filters(cfg: DictConfig, store: Store, name: str,
+                  record: VersionRecord) -> list[RowFilter]:
+    """schema → over-long prompt → duplicate → user filters, as configured."""
+    key = cfg.data.prompt_key
+    filters: list[RowFilter] = [SchemaFilter(schema_from_json(record.schema), key)]
+    if cfg.data.filter_overlong_prompts:
+        filters.append(OverlongPromptFilter(
+            load_tokenizer(str(tokenizer_path(cfg))), cfg.data.max_prompt_length, key,
+            OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True)))
+    if cfg.round.dedup:
+        filters.append(DuplicateFilter(store, name, record.version, key))
+    for i, entry in enumerate(cfg.round.filters):
+        cls = load_class(entry.path, entry.name, RowFilter, key=f"round.filters[{i}]",
+                         kind="filter")
+        filters.append(cls(entry))
+    return filters
+
+
+def filter_rows(rows: list[Any], filters: list[RowFilter]) -> FilterOutcome:
+    """Run the filters; the kept rows come back in their stored form."""
+    outcome = run_filters(rows, filters)
+    schema = next((f.schema for f in filters if isinstance(f, SchemaFilter)), None)
+    if schema is not None:
+        outcome.kept = [normalise_row(r, schema) for r in outcome.kept]
+    return outcome
+
+
+def write_round(store: Store, context: RoundContext, outcome: FilterOutcome,
+                generator: str, lineage: dict[str, Any]) -> PendingCommit:
+    """Write the kept rows as one new shard and the rejected rows as a quarantine shard."""
+    return store.prepare_append(
+        context.dataset, outcome.kept, rejected=outcome.rejected or None,
+        idempotency_key=context.trigger.idempotency_key(context.dataset),
+        lineage=lineage, round_id=f"round-{context.round}", generator=generator,
+    )
+
+
+def commit_round(store: Store, pending: PendingCommit) -> VersionRecord:
+    """Commit (rebasing over concurrent commits); on failure remove the round's shards."""
+    try:
+        return store.commit_with_rebase(pending)
+    except BaseException:
+        store.abort(pending)
+        raise
+
+
+# ---- lineage ----------------------------------------------------------------------------
+def generator_lineage(datagen: DictConfig, generator: Any) -> dict[str, Any]:
+    """Which generator made the rows: class, where it came from, and its config hash."""
+    cls = type(generator)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "name": cls.__qualname__,
+            "path": str(datagen.path), "config_hash": config_hash(datagen)}
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(path: str) -> Any:
+    """A local tokenizer (never from a hub), cached per process."""
+    from transformers import AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise ConfigError(f"data.tokenizer: expected a local tokenizer folder, found {path!r}, "
+                          "which is not a directory. Point it at a folder with tokenizer.json.")
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
