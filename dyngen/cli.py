@@ -315,6 +315,41 @@ def gc_(
     state.out.print(f"{verb} {len(removed)} file(s)" if removed else "nothing to remove")
 
 
+@app.command("round")
+def round_(
+    ctx: typer.Context, name: Name,
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="Config overrides as verl users type them, e.g. data.max_prompt_length=512.")] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="OmegaConf YAML config file (overrides the global --config).")] = None,
+    step: Annotated[int | None, typer.Option(help="Training step that triggers the round.")] = None,
+    event_id: Annotated[str | None, typer.Option(
+        help="Trigger id; a round with an id already committed commits nothing.")] = None,
+) -> None:
+    """Run one generation round now, as a Prefect flow run, and print what it committed."""
+    from omegaconf import OmegaConf
+
+    from dyngen.config import load_config
+    from flows.generation_round import generation_round
+
+    state = _state(ctx)
+    cfg = load_config(config or state.config_path, overrides or [])
+    if state.root is not None:
+        cfg.store.root = str(state.root)
+    trigger = {k: v for k, v in {"step": step, "event_id": event_id}.items() if v is not None}
+    result = generation_round(name, config=OmegaConf.to_container(cfg, resolve=True),
+                              trigger=trigger or None)
+    counts = result["counts"]
+    if result["created"]:
+        state.out.print(f"committed {name!r} version {result['version']} (parent "
+                        f"{result['parent']}): {result['rows']} rows, kept {counts.get('kept')} "
+                        f"of {counts.get('generated')}, rejected {counts.get('rejected') or {}}",
+                        markup=False)
+    else:
+        state.out.print(f"already committed as version {result['version']}; nothing new",
+                        markup=False)
+
+
 @app.command("demo")
 def demo(
     ctx: typer.Context,

@@ -114,14 +114,17 @@ def default_config() -> DictConfig:
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> DictConfig:
-    """Build the config: defaults, then the YAML file, then dotlist overrides; validated."""
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
+                base: DictConfig | Mapping[str, Any] | None = None) -> DictConfig:
+    """Build the config: defaults, `base`, the YAML file, then dotlist overrides; validated."""
     if isinstance(overrides, str):
         raise ConfigError(
             f"overrides: expected a list of key=value strings, found the single string "
             f"{overrides!r}. Pass it as [{overrides!r}]."
         )
     cfg = default_config()
+    if base is not None:
+        cfg = _merge(cfg, base, "given config")
     if path is not None:
         source = f"config file {path}"
         cfg = _merge(cfg, _read_yaml(Path(path)), source)

@@ -218,7 +218,9 @@ class OverlongPromptFilter(RowFilter):
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         self.prompt_key = prompt_key
-        self.kwargs = dict(chat_template_kwargs or {})
+        # verl drops these from the user's kwargs too: the count needs token ids.
+        self.kwargs = {k: v for k, v in (chat_template_kwargs or {}).items()
+                       if k not in ("tokenize", "return_dict", "return_tensors")}
         self.batch_size = batch_size
 
     def lengths(self, prompts: Sequence[list[dict[str, str]]]) -> list[int]:

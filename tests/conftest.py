@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Prefect reads its settings when first imported: point it at a throwaway home (never
+# ~/.prefect), keep it offline and quiet, and give a fresh SQLite database time to start.
+_PREFECT_HOME = tempfile.mkdtemp(prefix="dyngen-prefect-home-")
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.pop("PREFECT_API_URL", None)
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +35,21 @@ def qwen_tokenizer(qwen_tokenizer_dir: str):
     from dyngen.round import load_tokenizer
 
     return load_tokenizer(qwen_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """One real (temporary, SQLite) Prefect server for every flow test in the session."""
+    from prefect.settings import (
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL,
+        temporary_settings,
+    )
+    from prefect.testing.utilities import prefect_test_harness
+
+    # Heartbeats cost ~1 s per flow run and only serve crash detection in production;
+    # a short event flush makes asset events readable without long waits.
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None,
+                                     PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL: 0.5}):
+        with prefect_test_harness(server_startup_timeout=180):
+            yield

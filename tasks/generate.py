@@ -1,0 +1,33 @@
+"""Stage 2: build the configured generator and ask it for new rows (retried, timed out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import datasets
+from omegaconf import DictConfig
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+from dyngen.round import RoundContext, call_generator, generator_lineage
+from generators import build_generator
+
+
+@task(name="generate", cache_policy=NO_CACHE)
+def generate_rows(datagen: DictConfig, dataset: datasets.Dataset,
+                  context: RoundContext) -> tuple[list[Any], dict[str, Any]]:
+    """New rows from a freshly built generator, and which generator made them."""
+    generator = build_generator(datagen)
+    return call_generator(generator, dataset, context), generator_lineage(datagen, generator)
+
+
+def configured(cfg: DictConfig) -> Task:
+    """`generate_rows` with the retries, backoff and timeout from `cfg.round`."""
+    retries = int(cfg.round.retries)
+    delay = float(cfg.round.retry_delay_seconds)
+    return generate_rows.with_options(
+        retries=retries,
+        retry_delay_seconds=exponential_backoff(delay) if retries and delay > 0 else 0,
+        timeout_seconds=float(cfg.round.timeout_seconds),
+    )

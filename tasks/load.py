@@ -1,0 +1,16 @@
+"""Stage 1: load the head version of a dataset (memory-mapped) and its record."""
+
+from __future__ import annotations
+
+import datasets
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from dyngen.round import load_head
+from dyngen.store import Store, VersionRecord
+
+
+@task(name="load", cache_policy=NO_CACHE)
+def load_dataset(store_root: str, dataset: str) -> tuple[datasets.Dataset, VersionRecord]:
+    """The head version's rows (no copy of old rows) and its version record."""
+    return load_head(Store(store_root), dataset)

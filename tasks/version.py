@@ -1,0 +1,96 @@
+"""Stage 5: commit the version record, then publish its lineage to Prefect."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.assets import add_asset_metadata, materialize
+from prefect.cache_policies import NO_CACHE
+
+from dyngen.round import commit_round
+from dyngen.store import PendingCommit, Store, VersionRecord
+
+
+@task(name="version", cache_policy=NO_CACHE)
+def commit_version(store_root: str, pending: PendingCommit) -> VersionRecord:
+    """Commit atomically (rebasing over concurrent commits); on failure remove the shards."""
+    return commit_round(Store(store_root), pending)
+
+
+def asset_key(dataset: str, version: int) -> str:
+    """The Prefect asset of one dataset version."""
+    return f"dyngen://{dataset}/v{version}"
+
+
+def artifact_key(dataset: str, what: str) -> str:
+    """A stable artifact key per dataset (Prefect keys: lowercase letters, digits, dashes)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", dataset.lower()).strip("-")
+    return f"dyngen-{slug}-{what}"
+
+
+@materialize("dyngen://dataset", cache_policy=NO_CACHE)
+def _materialize(record: VersionRecord) -> None:
+    add_asset_metadata(asset_key(record.dataset, record.version), {
+        "rows": record.rows, "operation": record.operation, "parent": record.parent,
+        "shards": len(record.shards), "created_at": record.created_at,
+    })
+
+
+@task(name="publish-lineage", cache_policy=NO_CACHE)
+def publish_lineage(record: VersionRecord, history: list[VersionRecord]) -> None:
+    """Markdown + history table artifacts under stable keys, and the version's asset."""
+    create_markdown_artifact(
+        key=artifact_key(record.dataset, "round"), markdown=round_markdown(record),
+        description=f"{record.dataset}: v{record.parent} → v{record.version}",
+    )
+    create_table_artifact(
+        key=artifact_key(record.dataset, "history"), table=[history_row(r) for r in history],
+        description=f"{record.dataset}: version history",
+    )
+    deps = [] if record.parent is None else [asset_key(record.dataset, record.parent)]
+    _materialize.with_options(assets=[asset_key(record.dataset, record.version)],
+                              asset_deps=deps)(record)
+
+
+def history_row(rec: VersionRecord) -> dict[str, Any]:
+    """One row of the history table."""
+    lin = rec.lineage
+    counts = lin.get("counts", {})
+    trigger = lin.get("trigger", {})
+    return {
+        "version": rec.version, "parent": rec.parent, "operation": rec.operation,
+        "rows": rec.rows, "generator": lin.get("generator", {}).get("name", ""),
+        "step": trigger.get("step"), "event_id": trigger.get("event_id"),
+        "generated": counts.get("generated"), "kept": counts.get("kept"),
+        "rejected": sum(counts.get("rejected", {}).values()) if counts else None,
+        "flow_run_id": lin.get("flow_run_id"), "created_at": rec.created_at,
+    }
+
+
+def round_markdown(rec: VersionRecord) -> str:
+    """The per-round audit note: parent → version, generator, counts, reasons, trigger."""
+    lin = rec.lineage
+    gen, counts, trig = lin.get("generator", {}), lin.get("counts", {}), lin.get("trigger", {})
+    reasons = counts.get("rejected", {})
+    metrics = ", ".join(f"{k}={v:g}" for k, v in trig.get("metrics", {}).items())
+    lines = [
+        f"# {rec.dataset}: v{rec.parent} → v{rec.version}",
+        "",
+        "| field | value |",
+        "|---|---|",
+        f"| rows | {rec.rows} |",
+        f"| generator | `{gen.get('class', '')}` from `{gen.get('path', '')}` |",
+        f"| generator config hash | `{str(gen.get('config_hash', ''))[:16]}` |",
+        f"| generated / kept | {counts.get('generated', 0)} / {counts.get('kept', 0)} |",
+        f"| rejected | {', '.join(f'{k}: {v}' for k, v in reasons.items()) or 'none'} |",
+        f"| trigger event | {trig.get('event_id') or '-'} |",
+        f"| training step | {trig.get('step') if trig.get('step') is not None else '-'} |",
+        f"| metrics | {metrics or '-'} |",
+        f"| flow run | {lin.get('flow_run_id', '-')} |",
+        f"| idempotency key | {rec.idempotency_key or '-'} |",
+        f"| timings (s) | {', '.join(f'{k} {v:.2f}' for k, v in lin.get('timings', {}).items())} |",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,98 @@
+"""Generators used by the round tests: well-behaved, flaky, broken and misbehaving."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from generators.base import AbstractDataGenerator, rows_of
+from tests.rows import verl_row
+
+
+class AddNewRows(AbstractDataGenerator):
+    """`n` new rows from index `start`, plus a copy of row 0 (a duplicate to reject)."""
+
+    def generate(self, dataset: Any) -> datasets.Dataset:
+        start, n = int(self.config.get("start", 100)), int(self.config.get("n", 3))
+        rows = [verl_row(i, source="gen") for i in range(start, start + n)]
+        first = rows_of(dataset)[0]
+        dup = {k: v for k, v in first.items() if not k.startswith("_dyngen")}
+        return datasets.Dataset.from_list([*rows, dup])
+
+
+class UsesContext(AbstractDataGenerator):
+    """Writes one row that records the round context it was given."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        row = verl_row(500 + context.round, source=f"step-{context.trigger.step}")
+        return datasets.Dataset.from_list([row])
+
+
+class FlakyOnce(AbstractDataGenerator):
+    """Fails on its first call (counted in a file), then behaves like AddNewRows."""
+
+    def generate(self, dataset: Any) -> datasets.Dataset:
+        marker = Path(self.config.marker)
+        calls = int(marker.read_text()) if marker.exists() else 0
+        marker.write_text(str(calls + 1))
+        if calls == 0:
+            raise ConnectionError("proposer server not ready yet")
+        return datasets.Dataset.from_list([verl_row(200, source="flaky")])
+
+
+class AlwaysFails(AbstractDataGenerator):
+    """Raises every time."""
+
+    def generate(self, dataset: Any) -> datasets.Dataset:
+        raise RuntimeError("proposer crashed: CUDA error (simulated)")
+
+
+def _bad(case: str) -> Any:
+    good = verl_row(300, source="bad")
+    if case == "none":
+        return None
+    if case == "missing_column":
+        return [{k: v for k, v in good.items() if k != "reward_model"}]
+    if case == "wrong_types":
+        return [{**good, "data_source": 12, "ability": ["math"]}]
+    if case == "plain_string_prompt":
+        return [{**good, "prompt": "What is 2 + 2?"}]
+    if case == "empty_messages":
+        return [{**good, "prompt": []}]
+    if case == "non_string_role":
+        return [{**good, "prompt": [{"role": 7, "content": "hi"}]}]
+    if case == "nan_ground_truth":
+        return [{**good, "reward_model": {"style": "rule", "ground_truth": math.nan}}]
+    if case == "huge_prompt":
+        return [{**good, "prompt": [{"role": "user", "content": "token " * 100_000}]}]
+    if case == "string":
+        return "a new task"
+    if case == "dict_of_scalars":
+        return {"data_source": "x"}
+    raise ValueError(case)
+
+
+class BadOutput(AbstractDataGenerator):
+    """Returns the malformed output named by `case`, next to one good row."""
+
+    def generate(self, dataset: Any) -> Any:
+        out = _bad(self.config.case)
+        if isinstance(out, list):
+            return [*out, verl_row(301, source="good")]
+        return out
+
+
+class SlowLogged(AddNewRows):
+    """AddNewRows that takes `sleep` seconds and logs when it ran (to check overlap)."""
+
+    def generate(self, dataset: Any) -> datasets.Dataset:
+        import time
+
+        start = time.time()
+        time.sleep(float(self.config.sleep))
+        with open(self.config.log, "a") as fh:
+            fh.write(f"{start} {time.time()}\n")
+        return super().generate(dataset)
