@@ -49,7 +49,7 @@ def prefect_server() -> Iterator[None]:
 
     # Heartbeats cost ~1 s per flow run and only serve crash detection in production;
     # a short event flush makes asset events readable without long waits.
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None,
-                                     PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL: 0.5}):
-        with prefect_test_harness(server_startup_timeout=180):
-            yield
+    quick = {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None,
+             PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL: 0.5}
+    with temporary_settings(updates=quick), prefect_test_harness(server_startup_timeout=180):
+        yield

@@ -96,3 +96,17 @@ class SlowLogged(AddNewRows):
         with open(self.config.log, "a") as fh:
             fh.write(f"{start} {time.time()}\n")
         return super().generate(dataset)
+
+
+class BlockUntilReleased(AddNewRows):
+    """Marks that it started, then waits for a release file (to hold a round open)."""
+
+    def generate(self, dataset: Any) -> datasets.Dataset:
+        import time
+
+        Path(self.config.started).write_text(str(time.time()))
+        deadline = time.time() + 120
+        while not Path(self.config.release).exists() and time.time() < deadline:
+            time.sleep(0.05)
+        Path(self.config.finished).write_text(str(time.time()))
+        return super().generate(dataset)
