@@ -84,7 +84,11 @@ def generation_round(
         record = commit_version(cfg.store.root, pending)
     logger.info("%s: v%s → v%d, kept %d of %d, rejected %s", dataset, parent.version,
                 record.version, len(outcome.kept), len(rows), outcome.rejected_by_reason)
-    publish_lineage(record, store.history(dataset))
+    try:
+        publish_lineage(record, store.history(dataset))
+    except Exception as exc:  # the version is committed; its record is the source of truth
+        logger.warning("version %d is committed, but publishing its lineage to Prefect "
+                       "failed: %s", record.version, exc)
     return summary(record, created=True)
 
 

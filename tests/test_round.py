@@ -1,0 +1,89 @@
+"""The round's Prefect-free core: triggers, generator output, context, cleanup on failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from dyngen.errors import GeneratorOutputError, TriggerError
+from dyngen.filters import run_filters
+from dyngen.round import RoundContext, Trigger, call_generator, commit_round, rows_from_output
+from dyngen.store import Store, gc
+from generators.base import AbstractDataGenerator, MockDataGenerator
+from tests.rows import verl_rows
+
+ROWS = verl_rows(2)
+
+
+@pytest.mark.parametrize("output", [
+    datasets.Dataset.from_list(ROWS), pa.Table.from_pylist(ROWS), ROWS, tuple(ROWS),
+    pd.DataFrame(ROWS), {k: [r[k] for r in ROWS] for k in ROWS[0]},
+], ids=["Dataset", "Table", "list", "tuple", "DataFrame", "dict-of-lists"])
+def test_unambiguous_outputs_become_rows(output: Any) -> None:
+    assert rows_from_output(output, "Gen") == ROWS
+
+
+@pytest.mark.parametrize("output,wording", [
+    (None, "returned None"), (42, "returned a int"), ("text", "returned a str"),
+    ({"a": 1}, "returned a dict"), ({"a": [1], "b": [1, 2]}, "returned a dict"),
+])
+def test_other_outputs_fail_naming_the_generator(output: Any, wording: str) -> None:
+    with pytest.raises(GeneratorOutputError, match=f"generator Gen {wording}"):
+        rows_from_output(output, "Gen")
+
+
+def test_trigger_keys_and_validation() -> None:
+    assert Trigger.parse(None).idempotency_key("ds") is None
+    assert Trigger.parse({"step": 3}).idempotency_key("ds") == "ds:step:3"
+    assert Trigger.parse({"event_id": "e", "step": 3}).idempotency_key("ds") == "event:e"
+    assert Trigger.parse({"metrics": {"acc": 1}}).metrics == {"acc": 1.0}
+    for bad in ([1], {"step": True}, {"step": -1}, {"metrics": {"a": float("nan")}},
+                {"rollouts": 3}, {"metrics": {"k": 1} | {f"m{i}": 0 for i in range(300)}},
+                {"event_id": "e" * 70_000}):
+        with pytest.raises(TriggerError):
+            Trigger.parse(bad)
+
+
+def test_verl_generators_and_context_aware_generators_both_work() -> None:
+    ds = datasets.Dataset.from_list(ROWS)
+    ctx = RoundContext("ds", 3, 2, Trigger(step=9))
+
+    class VerlStyle(AbstractDataGenerator):
+        def generate(self, dataset):  # written for verl: reads rows via .dataframe
+            return dataset.dataframe.select([1])
+
+    class WantsContext(AbstractDataGenerator):
+        def generate(self, dataset, context=None):
+            return [{**dataset[0], "data_source": f"step{context.trigger.step}"}]
+
+    assert call_generator(VerlStyle(None), ds, ctx) == [ROWS[1]]
+    assert call_generator(WantsContext(None), ds, ctx)[0]["data_source"] == "step9"
+    mock = MockDataGenerator()
+    assert call_generator(mock, ds, ctx) == [ROWS[0]]
+    assert mock.round_context is ctx
+
+
+class DiskFullStore(Store):
+    def commit(self, pending):  # fault injection: the disk fills up at the commit
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failed_commit_removes_the_rounds_shards(tmp_path: Path) -> None:
+    Store(tmp_path).create("ds", verl_rows(2))
+    store = DiskFullStore(tmp_path)
+    outcome = run_filters(verl_rows(2, start=5), [])
+    outcome.rejected = [{"reason": "schema", "detail": "x", "row": "{}"}]
+    pending = store.prepare_append("ds", outcome.kept, rejected=outcome.rejected)
+    files = [store.dataset_dir("ds") / f for s in pending.new_shards + pending.rejected
+             for f in s.files]
+    assert all(f.exists() for f in files)
+    with pytest.raises(OSError, match="No space left"):
+        commit_round(store, pending)
+    assert not any(f.exists() for f in files)
+    assert store.head("ds").version == 0
+    assert gc(store, "ds", grace_seconds=0) == []
