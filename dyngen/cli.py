@@ -174,6 +174,12 @@ def log(ctx: typer.Context, name: Name, as_json: JsonOpt = False) -> None:
         for rec in history:
             typer.echo(json.dumps(asdict(rec), ensure_ascii=False))
         return
+    state.out.print(history_table(state.store(), name, history))
+
+
+def history_table(store: Store, name: str, history: list[VersionRecord] | None = None) -> Table:
+    """The history of a dataset as a rich table with lineage columns."""
+    history = store.history(name) if history is None else history
     rows_of = {r.version: r.rows for r in history}
     table = Table(title=f"{name} ({len(history)} versions)")
     for col in ("version", "parent", "operation", "rows", "created", "generator", "trigger",
@@ -186,7 +192,7 @@ def log(ctx: typer.Context, name: Name, as_json: JsonOpt = False) -> None:
             _operation(rec), f"{rec.rows}{delta}", rec.created_at[:19].replace("T", " "),
             *_lineage_cells(rec.lineage),
         )
-    state.out.print(table)
+    return table
 
 
 @app.command("show")
@@ -350,16 +356,76 @@ def round_(
                         markup=False)
 
 
+@app.command("serve")
+def serve_(
+    ctx: typer.Context,
+    dataset: Annotated[str | None, typer.Option(
+        help="Only rounds of this dataset (default: every dataset's batch-end events).")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="Config overrides passed to every round, e.g. data.max_prompt_length=512.")] = None,
+    every_n_batches: Annotated[int, typer.Option(
+        min=1, help="Run a round every N batch-end events.")] = 1,
+) -> None:
+    """Serve the generation round with its batch-end event trigger until interrupted."""
+    from omegaconf import OmegaConf
+
+    from dyngen.config import load_config
+    from flows.serve import serve_rounds
+
+    state = _state(ctx)
+    cfg = load_config(state.config_path, overrides or [])
+    if state.root is not None:
+        cfg.store.root = str(state.root)
+    cfg.store.root = str(Path(cfg.store.root).resolve())  # runs start in other folders
+    serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches)
+
+
+@app.command("emit")
+def emit(
+    ctx: typer.Context, name: Name,
+    step: Annotated[int, typer.Option(min=0, help="The training step that just ended.")],
+    metric: Annotated[list[str] | None, typer.Option(
+        help="A batch metric as key=value (repeatable), e.g. --metric score=0.61.")] = None,
+    rollouts: Annotated[str | None, typer.Option(help="Path of the batch's rollouts file.")]
+    = None,
+    event_id: Annotated[str | None, typer.Option(help="Event id (default: a new UUID).")]
+    = None,
+) -> None:
+    """Emit a training batch-end event, as a trainer would."""
+    from dyngen.errors import ConfigError
+    from dyngen.events import emit_batch_end
+    from dyngen.store.names import validate_name
+
+    state = _state(ctx)
+    metrics: dict[str, float] = {}
+    for item in metric or []:
+        key, sep, value = item.partition("=")
+        try:
+            metrics[key] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            raise ConfigError(f"--metric: expected key=number, found {item!r}.")
+    sent = emit_batch_end(validate_name(name), step, metrics, rollouts, event_id=event_id)
+    if sent is None:
+        raise typer.Exit(1)
+    state.out.print(f"emitted dyngen.batch.ended for {name!r} step {step} (event {sent})",
+                    markup=False)
+
+
 @app.command("demo")
 def demo(
     ctx: typer.Context,
-    workdir: Annotated[Path, typer.Option(help="Folder for the demo's files.")] = Path(
-        ".dyngen/demo"),
+    workdir: Annotated[Path, typer.Option(help="Folder for the demo's server, store and logs.")]
+    = Path(".dyngen/demo"),
+    batches: Annotated[int, typer.Option(min=1, help="Simulated training batches.")] = 3,
+    keep_server: Annotated[bool, typer.Option(
+        "--keep-server", help="Leave the Prefect server and the serve process running.")] = False,
 ) -> None:
-    """Walk through the store on a small verl-format dataset."""
+    """Start a local Prefect server, serve the round, train, and watch rounds commit."""
     from dyngen.demo import run_demo
 
-    run_demo(workdir, _state(ctx).out)
+    run_demo(workdir, _state(ctx).out, batches=batches, keep_server=keep_server)
 
 
 @app.command("datasets")

@@ -1,73 +1,142 @@
-"""`dyngen demo`: a walkthrough of the versioned store on a small verl-format dataset.
+"""`dyngen demo`: the whole loop on one machine, with nothing else running.
 
-It seeds a parquet file in verl's RL schema, imports it as version 0, appends two
-"rounds" of new tasks, then shows the history, time travel, verification and the
-export that verl's `data.train_files` reads. Everything lives under one folder.
+It starts a local Prefect server (SQLite under the demo folder, 127.0.0.1 only), serves
+the generation round with its batch-end trigger, seeds a small verl-format dataset,
+runs a simulated training loop that emits batch-end events with metrics, waits for
+each triggered round to commit, prints the history with lineage and the UI address,
+then stops everything it started, by PID (unless --keep-server).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import sys
+import time
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 from rich.console import Console
 
-from dyngen.store import Store, verify
-from dyngen.verl_format import export_version, import_files
+from dyngen.events import emit_batch_end, trigger_name
+from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.store import Store, VersionRecord, verify
+from dyngen.verl_format import import_files
+from generators.arithmetic import arithmetic_task
+
+DATASET = "arith-demo"
+ROUND_TIMEOUT_SECONDS = 120.0
 
 
-def arithmetic_task(rng: random.Random, index: int, digits: int, source: str) -> dict[str, Any]:
-    """One verifiable addition/multiplication task in verl's row schema."""
-    a, b = rng.randrange(10 ** (digits - 1), 10**digits), rng.randrange(1, 10**digits)
-    op = rng.choice("+*")
-    answer = a + b if op == "+" else a * b
+def demo_config(store_root: Path) -> dict:
+    """The rounds' config: the arithmetic curriculum, verl's keys under data."""
     return {
-        "data_source": source,
-        "prompt": [
-            {"role": "system", "content": "Answer with the final number only."},
-            {"role": "user", "content": f"What is {a} {op} {b}?"},
-        ],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(answer)},
-        "extra_info": {"index": index, "digits": digits},
+        "store": {"root": str(store_root)},
+        "data": {"filter_overlong_prompts": False,
+                 "datagen": {"path": "pkg://generators.arithmetic",
+                             "name": "ArithmeticCurriculum", "tasks_per_round": 8,
+                             "target_score": 0.6}},
     }
 
 
-def run_demo(workdir: Path, console: Console, seed: int = 0) -> Store:
-    """Run the walkthrough under `workdir`, printing each step; return the store."""
-    rng = random.Random(seed)
+def seed(store: Store, workdir: Path, console: Console) -> VersionRecord:
+    """Import a 16-row verl-format parquet file as version 0 (once)."""
+    if store.head_version(DATASET) is not None:
+        head = store.head(DATASET)
+        console.print(f"dataset {DATASET} exists at v{head.version} ({head.rows} rows); "
+                      "continuing it")
+        return head
+    rng = random.Random(0)
+    seed_file = workdir / "seed.parquet"
+    pq.write_table(pa.Table.from_pylist(
+        [arithmetic_task(rng, i, 1, "seed") for i in range(16)]), seed_file)
+    rec = import_files(store, DATASET, [seed_file])
+    console.print(f"seeded {DATASET} v0 from {seed_file} ({rec.rows} rows)")
+    return rec
+
+
+def wait_for_event(store: Store, event_id: str, timeout: float) -> VersionRecord:
+    """The version whose round was triggered by `event_id`, once committed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = store.find_idempotency_key(DATASET, f"event:{event_id}")
+        if found is not None:
+            return found
+        time.sleep(0.25)
+    raise TimeoutError(f"no version was committed for event {event_id} within {timeout:.0f} s; "
+                       "see the serve log in the demo folder.")
+
+
+def run_demo(workdir: Path, console: Console, *, batches: int = 3,
+             keep_server: bool = False) -> Store:
+    """Run the demo under `workdir`; return the store it grew."""
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     store = Store(workdir / "store")
-    name = f"arith-{seed}"
-    if store.head_version(name) is not None:
-        console.print(f"[yellow]dataset {name} exists in {store.root}; reusing it[/]")
-    else:
-        seed_file = workdir / "seed.parquet"
-        pq.write_table(pa.Table.from_pylist(
-            [arithmetic_task(rng, i, 1, "seed") for i in range(16)]), seed_file)
-        rec = import_files(store, name, [seed_file])
-        console.print(f"1. imported {seed_file.name} → {name} v{rec.version} ({rec.rows} rows)")
-        for round_no, digits in ((1, 2), (2, 3)):
-            new = [arithmetic_task(rng, 100 * round_no + i, digits, "demo-curriculum")
-                   for i in range(8)]
-            rec = store.append(name, new, generator="demo-curriculum",
-                               round_id=f"round-{round_no}", idempotency_key=f"round-{round_no}",
-                               lineage={"generator": {"class": "demo-curriculum"},
-                                        "counts": {"generated": 8, "kept": 8}})
-            console.print(f"2.{round_no} round {round_no} appended 8 tasks with {digits} digits "
-                          f"→ v{rec.version} ({rec.rows} rows)")
-    for rec in store.history(name):
-        console.print(f"   v{rec.version:<3} {rec.operation:<7} parent={rec.parent} "
-                      f"rows={rec.rows:<4} {rec.created_at}")
-    console.print(f"3. time travel: v0 has {store.load(name, 0).num_rows} rows, head has "
-                  f"{store.load(name).num_rows}")
-    problems = verify(store, name)
-    verdict = "ok" if not problems else "; ".join(map(str, problems))
-    console.print(f"4. verify: {verdict}")
-    out = export_version(store, name, workdir / f"{name}.parquet")
-    console.print(f"5. exported the head to {out} (set verl's data.train_files to it)")
-    console.print(f"   explore: dyngen --root {store.root} log {name}")
+    server = LocalServer(workdir / "prefect")
+    # Prefect code in this process (the event client) must use the demo's server and
+    # home, never ~/.prefect or a temporary in-process server.
+    os.environ.update(server.env())
+    serve = None
+    try:
+        console.print(f"starting a Prefect server on {server.ui_url} (SQLite in {server.home})…")
+        t0 = time.monotonic()
+        server.start()
+        console.print(f"  up in {time.monotonic() - t0:.0f} s")
+        start = seed(store, workdir, console)
+        config_file = workdir / "rounds.yaml"
+        config_file.write_text(yaml.safe_dump(demo_config(store.root)))
+        serve = spawn([sys.executable, "-m", "dyngen.cli", "--config", str(config_file),
+                       "serve", "--dataset", DATASET], server.env(), workdir / "serve.log")
+        console.print(f"serving the round for {DATASET} (PID {serve.pid}; log "
+                      f"{workdir / 'serve.log'})…")
+        wait_for_automation(server.api_url, trigger_name(DATASET))
+        console.print("  its batch-end trigger is registered")
+        rng = random.Random(1)
+        score = 0.5
+        for step in range(start.version + 1, start.version + 1 + batches):
+            time.sleep(0.5)  # "training"
+            score = min(1.0, max(0.0, score + rng.uniform(-0.1, 0.3)))
+            t_emit = time.monotonic()
+            event_id = emit_batch_end(DATASET, step, {"score": round(score, 3)},
+                                      api_url=server.api_url)
+            if event_id is None:
+                raise RuntimeError("the batch-end event could not be sent; see the warning")
+            console.print(f"step {step}: batch ended (score {score:.2f}) → event "
+                          f"{event_id[:8]}…, waiting for its round")
+            rec = wait_for_event(store, event_id, ROUND_TIMEOUT_SECONDS)
+            counts = rec.lineage.get("counts", {})
+            console.print(f"  committed v{rec.version} in {time.monotonic() - t_emit:.1f} s: "
+                          f"kept {counts.get('kept')} of {counts.get('generated')}, "
+                          f"{rec.rows} rows")
+        show_history(store, console)
+        problems = verify(store, DATASET)
+        console.print("verify: ok" if not problems else f"verify: {problems}")
+        console.print(f"Prefect UI: {server.ui_url} (flow runs, artifacts "
+                      f"dyngen-{DATASET}-round / -history)")
+        if keep_server:
+            pid = server.process.pid if server.process else "?"
+            console.print(f"--keep-server: server PID {pid}, serve PID {serve.pid}; stop each "
+                          f"with `kill -INT -<PID>`. Use PREFECT_API_URL={server.api_url}")
+    finally:
+        if not keep_server:
+            if serve is not None:
+                stop(serve)
+            server.stop()
+            console.print("stopped the serve process and the Prefect server")
     return store
+
+
+def show_history(store: Store, console: Console) -> None:
+    """The version history with lineage, as `dyngen log` prints it."""
+    from dyngen.cli import history_table
+
+    console.print(history_table(store, DATASET))
+
+
+def history_json(store: Store) -> list[dict]:
+    """The history as plain data (for scripts and tests)."""
+    return [json.loads(r.to_json()) for r in store.history(DATASET)]

@@ -37,7 +37,7 @@ def _run_name() -> str:
     return f"{params.get('dataset', 'dataset')}-{suffix}"
 
 
-@flow(name="generation-round", flow_run_name=_run_name, log_prints=True)
+@flow(name="generation-round", flow_run_name=_run_name)
 def generation_round(
     dataset: str,
     config: dict[str, Any] | None = None,

@@ -1,30 +1,55 @@
-"""The store walkthrough behind `dyngen demo`."""
+"""`dyngen demo`, run as the README says: a real server, a served trigger, real events."""
 
 from __future__ import annotations
 
-import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
-from rich.console import Console
+from dyngen.store import Store, verify
 
-from dyngen.demo import run_demo
-from dyngen.store import verify
+REPO = Path(__file__).resolve().parents[1]
 
 
-def test_demo_builds_three_verified_versions_and_an_export(tmp_path: Path) -> None:
-    out = io.StringIO()
-    store = run_demo(tmp_path, Console(file=out, width=120))
-    history = store.history("arith-0")
-    assert [(r.version, r.operation, r.rows) for r in history] == [
-        (0, "create", 16), (1, "append", 24), (2, "append", 32)]
-    assert verify(store, "arith-0") == []
-    exported = pq.read_table(tmp_path / "arith-0.parquet")
-    assert exported.num_rows == 32 and "_dyngen_version" not in exported.column_names
-    for row in exported.to_pylist():  # every generated ground truth is the true answer
+def _processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line or environment mentions `text` (our demo folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in blob:
+            found.append(int(entry.name))
+    return found
+
+
+def test_demo_grows_the_dataset_through_served_rounds_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    workdir = tmp_path / "demo"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    env.pop("PREFECT_API_URL", None)
+    out = subprocess.run([sys.executable, "-m", "dyngen.cli", "demo", "--workdir", str(workdir)],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    store = Store(workdir / "store")
+    history = store.history("arith-demo")
+    assert [r.version for r in history] == [0, 1, 2, 3]
+    for rec, step in zip(history[1:], (1, 2, 3), strict=True):
+        trigger = rec.lineage["trigger"]
+        assert trigger["step"] == step
+        assert rec.idempotency_key == f"event:{trigger['event_id']}"
+        assert trigger["event_id"][:8] in out.stdout  # the event the demo printed it emitted
+        assert rec.lineage["generator"]["name"] == "ArithmeticCurriculum"
+        assert rec.lineage["flow_run_id"]
+    for row in store.load("arith-demo").to_list()[16:]:  # every generated answer is right
         a, op, b = row["prompt"][-1]["content"].removeprefix("What is ").rstrip("?").split()
-        assert int(row["reward_model"]["ground_truth"]) == (int(a) + int(b) if op == "+"
-                                                            else int(a) * int(b))
-    assert "verify: ok" in out.getvalue()
-    run_demo(tmp_path, Console(file=io.StringIO()))  # a second run reuses, never duplicates
-    assert store.head("arith-0").version == 2
+        expected = int(a) + int(b) if op == "+" else int(a) * int(b)
+        assert int(row["reward_model"]["ground_truth"]) == expected
+    assert verify(store, "arith-demo") == []
+    assert "Prefect UI: http://127.0.0.1:" in out.stdout
+    assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"
