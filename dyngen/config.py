@@ -51,7 +51,8 @@ __all__ = [
 class StoreConfig:
     """Where the versioned datasets live; a relative root resolves against the CWD."""
 
-    root: str = "dyngen_store"
+    # DYNGEN_STORE_ROOT wins when set, so a worker or serve process can be pointed at a store.
+    root: str = "${oc.env:DYNGEN_STORE_ROOT,dyngen_store}"
 
 
 @dataclass
@@ -67,8 +68,9 @@ class DataConfig:
     """Dataset and prompt settings, named as in verl's ``data:`` section."""
 
     prompt_key: str = "prompt"
-    max_prompt_length: int = 1024
-    filter_overlong_prompts: bool = True
+    # verl's defaults, so a verl user's config means the same here.
+    max_prompt_length: int = 512
+    filter_overlong_prompts: bool = False
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     tokenizer: str | None = None
     datagen: DatagenConfig = field(default_factory=DatagenConfig)
@@ -346,7 +348,7 @@ _RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         "data.max_prompt_length",
         lambda v: v > 0,
         "a positive integer (tokens)",
-        "data.max_prompt_length=1024",
+        "data.max_prompt_length=512",
     ),
     (
         "data.tokenizer",

@@ -28,14 +28,15 @@ def write_yaml(tmp_path: Path, text: str, name: str = "dyngen.yaml") -> Path:
 # --- defaults and sources ------------------------------------------------------------------
 
 
-def test_defaults_match_documented_values() -> None:
+def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DYNGEN_STORE_ROOT", raising=False)
     cfg = load_config()
-    assert OmegaConf.to_container(cfg) == {
+    assert OmegaConf.to_container(cfg, resolve=True) == {
         "store": {"root": "dyngen_store"},
         "data": {
             "prompt_key": "prompt",
-            "max_prompt_length": 1024,
-            "filter_overlong_prompts": True,
+            "max_prompt_length": 512,
+            "filter_overlong_prompts": False,
             "apply_chat_template_kwargs": {},
             "tokenizer": None,
             "datagen": {"path": "pkg://generators.base", "name": "MockDataGenerator"},
@@ -53,7 +54,7 @@ def test_defaults_match_documented_values() -> None:
 def test_default_config_is_fresh_each_call() -> None:
     first = default_config()
     first.data.max_prompt_length = 7
-    assert default_config().data.max_prompt_length == 1024
+    assert default_config().data.max_prompt_length == 512
 
 
 def test_file_overrides_defaults_and_keeps_the_rest(tmp_path: Path) -> None:
@@ -301,7 +302,7 @@ def test_wrong_type_in_override() -> None:
         load_config(overrides=["data.max_prompt_length=abc"])
     message = str(info.value)
     assert "data.max_prompt_length: expected an integer, found 'abc'" in message
-    assert "data.max_prompt_length=1024" in message  # what to do
+    assert "data.max_prompt_length=512" in message  # what to do
     assert isinstance(info.value.__cause__, OmegaConfBaseException)
 
 
@@ -482,11 +483,12 @@ def test_validate_rejects_a_non_mapping() -> None:
 
 def test_tokenizer_path_required_only_when_filtering() -> None:
     with pytest.raises(ConfigError) as info:
-        tokenizer_path(load_config())
+        tokenizer_path(load_config(overrides=["data.filter_overlong_prompts=true"]))
     assert "data.tokenizer" in str(info.value)
     assert "found null" in str(info.value)
-    assert tokenizer_path(load_config(overrides=["data.filter_overlong_prompts=false"])) is None
-    assert tokenizer_path(load_config(overrides=["data.tokenizer=/models/q"])) == "/models/q"
+    assert tokenizer_path(load_config()) is None
+    filtering = ["data.filter_overlong_prompts=true", "data.tokenizer=/models/q"]
+    assert tokenizer_path(load_config(overrides=filtering)) == "/models/q"
 
 
 # --- config_hash ---------------------------------------------------------------------------
@@ -523,3 +525,9 @@ def test_config_hash_resolves_interpolations() -> None:
     literal = OmegaConf.create({"a": 5, "b": 5})
     interpolated = OmegaConf.create({"a": 5, "b": "${a}"})
     assert config_hash(literal) == config_hash(interpolated)
+
+
+def test_store_root_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DYNGEN_STORE_ROOT", "/data/stores")
+    assert load_config().store.root == "/data/stores"
+    assert load_config(overrides=["store.root=/elsewhere"]).store.root == "/elsewhere"

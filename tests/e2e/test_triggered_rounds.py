@@ -1,0 +1,173 @@
+"""End to end: a real `prefect server start`, the round served or deployed with its event
+trigger, batch-end events from other processes, committed versions with their lineage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dyngen.events import trigger_name
+from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.store import Store, VersionRecord, verify
+from tests.rows import verl_rows
+
+REPO = Path(__file__).resolve().parents[2]
+DYNGEN = [sys.executable, "-m", "dyngen.cli"]
+ROUND_CONFIG = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=UsesContext"]
+
+_EMITTER = """
+import json, sys
+from dyngen.events import emit_batch_end
+dataset, steps = sys.argv[1], [int(s) for s in sys.argv[2:]]
+print(json.dumps([emit_batch_end(dataset, s, {"score": s / 10}) for s in steps]))
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    srv = LocalServer(tmp_path_factory.mktemp("prefect-server")).start()
+    yield srv
+    srv.stop()
+    assert srv.process is None
+
+
+def env_for(server: LocalServer, **extra: str) -> dict[str, str]:
+    return server.env(PYTHONPATH=str(REPO), **extra)
+
+
+def seeded(tmp_path: Path, name: str) -> Store:
+    store = Store(tmp_path / "store")
+    store.create(name, verl_rows(4))
+    return store
+
+
+def wait_for_versions(store: Store, name: str, count: int, log: Path,
+                      timeout: float = 240.0) -> list[VersionRecord]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (store.head_version(name) or 0) >= count:
+            return store.history(name)
+        time.sleep(0.5)
+    raise AssertionError(f"only {store.head_version(name)} of {count} rounds committed; "
+                         f"log:\n{log.read_text()[-4000:]}")
+
+
+def finished_runs(server: LocalServer, dataset: str, count: int,
+                  timeout: float = 120.0) -> list:
+    """The dataset's flow runs once `count` of them are in a final state.
+
+    Stopping a runner while a run is still publishing would leave the deployment's
+    concurrency slot taken until its lease expires, delaying the next test's rounds.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    deadline = time.monotonic() + timeout
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}), \
+            get_client(sync_client=True) as client:
+        while True:
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=[f"dataset:{dataset}"])))
+            done = [r for r in runs if r.state is not None and r.state.is_final()]
+            if len(done) >= count or time.monotonic() > deadline:
+                return done
+            time.sleep(0.5)
+
+
+def emit_from_another_process(server: LocalServer, name: str, steps: list[int]) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", _EMITTER, name, *map(str, steps)],
+                         env=env_for(server), cwd=REPO, capture_output=True, text=True,
+                         timeout=120, check=True)
+    ids = json.loads(out.stdout.strip().splitlines()[-1])
+    assert all(ids), f"an event was not sent: {out.stderr}"
+    return ids
+
+
+def test_served_round_commits_one_version_per_batch_event(server: LocalServer,
+                                                          tmp_path: Path) -> None:
+    store = seeded(tmp_path, "served")
+    log = tmp_path / "serve.log"
+    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", "served",
+                   *ROUND_CONFIG], env_for(server), log, cwd=REPO)
+    try:
+        wait_for_automation(server.api_url, trigger_name("served"))
+        event_ids = emit_from_another_process(server, "served", [1, 2, 3])
+        history = wait_for_versions(store, "served", 3, log)
+        assert len(finished_runs(server, "served", 3)) == 3
+    finally:
+        stop(serve)
+    assert serve.poll() is not None
+    by_step = {r.lineage["trigger"]["step"]: r for r in history[1:]}
+    assert sorted(by_step) == [1, 2, 3]
+    for step, event_id in zip((1, 2, 3), event_ids, strict=True):
+        rec = by_step[step]
+        assert rec.lineage["trigger"]["event_id"] == event_id
+        assert rec.lineage["trigger"]["metrics"] == {"score": step / 10}
+        assert rec.idempotency_key == f"event:{event_id}"
+    assert verify(store, "served") == []
+
+
+def test_five_events_at_once_run_five_rounds_one_after_another(server: LocalServer,
+                                                               tmp_path: Path) -> None:
+    store = seeded(tmp_path, "burst")
+    log = tmp_path / "serve.log"
+    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", "burst",
+                   *ROUND_CONFIG], env_for(server), log, cwd=REPO)
+    try:
+        wait_for_automation(server.api_url, trigger_name("burst"))
+        emitters = [subprocess.Popen([*DYNGEN, "emit", "burst", "--step", str(step)],
+                                     env=env_for(server), cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True) for step in range(1, 6)]
+        for proc in emitters:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+        history = wait_for_versions(store, "burst", 5, log)
+        runs = finished_runs(server, "burst", 5)
+    finally:
+        stop(serve)
+    assert [r.version for r in history] == [0, 1, 2, 3, 4, 5]
+    assert [r.parent for r in history[1:]] == [0, 1, 2, 3, 4]
+    assert sorted(r.lineage["trigger"]["step"] for r in history[1:]) == [1, 2, 3, 4, 5]
+    assert store.load("burst").num_rows == 4 + 5  # one new row per round, none lost
+    spans = sorted((r.start_time, r.end_time) for r in runs if r.state.is_completed())
+    assert len(spans) == 5
+    assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:], strict=False)), \
+        "two rounds of one dataset ran at the same time"
+
+
+def test_prefect_deploy_all_with_a_process_worker_runs_an_event_triggered_round(
+    server: LocalServer, tmp_path: Path,
+) -> None:
+    store = seeded(tmp_path, "deployed")
+    env = env_for(server, DYNGEN_STORE_ROOT=str(store.root), PREFECT_WORKER_QUERY_SECONDS="1")
+    prefect = str(Path(sys.executable).with_name("prefect"))
+
+    def run(*args: str) -> str:
+        out = subprocess.run([prefect, *args], env={**env, "PWD": str(REPO)}, cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    run("work-pool", "create", "dyngen", "--type", "process", "--overwrite")
+    deployed = run("--no-prompt", "deploy", "--all")
+    assert "generation-round/on-batch-end" in deployed
+    log = tmp_path / "worker.log"
+    worker = spawn([prefect, "worker", "start", "--pool", "dyngen"], env, log, cwd=REPO)
+    try:
+        wait_for_automation(server.api_url, trigger_name(None))
+        (event_id,) = emit_from_another_process(server, "deployed", [7])
+        (_, rec) = wait_for_versions(store, "deployed", 1, log)
+        finished_runs(server, "deployed", 1)
+    finally:
+        stop(worker)
+    assert rec.lineage["trigger"]["event_id"] == event_id
+    assert rec.lineage["trigger"]["step"] == 7
+    # prefect.yaml's defaults: MockDataGenerator re-proposes row 0, which dedup rejects
+    assert rec.lineage["counts"] == {"generated": 1, "kept": 0, "rejected": {"duplicate": 1}}
