@@ -142,8 +142,10 @@ class LocalServer:
         """Start the server and wait until it is healthy."""
         self.home.mkdir(parents=True, exist_ok=True)
         prefect = Path(sys.executable).with_name("prefect")
+        # The UI must call this server's API, not the default port 4200.
+        env = prefect_env(self.home, extra={"PREFECT_UI_API_URL": self.api_url})
         self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
-                              "--port", str(self.port)], prefect_env(self.home), self.log)
+                              "--port", str(self.port)], env, self.log)
         try:
             wait_healthy(self.api_url, timeout, self.process)
         except BaseException:

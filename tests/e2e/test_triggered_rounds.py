@@ -7,18 +7,12 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from dyngen.events import trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, VersionRecord, verify
-from tests.rows import verl_rows
-
-REPO = Path(__file__).resolve().parents[2]
-DYNGEN = [sys.executable, "-m", "dyngen.cli"]
+from tests.e2e.conftest import DYNGEN, REPO, env_for, seeded
 ROUND_CONFIG = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=UsesContext"]
 
 _EMITTER = """
@@ -27,24 +21,6 @@ from dyngen.events import emit_batch_end
 dataset, steps = sys.argv[1], [int(s) for s in sys.argv[2:]]
 print(json.dumps([emit_batch_end(dataset, s, {"score": s / 10}) for s in steps]))
 """
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    srv = LocalServer(tmp_path_factory.mktemp("prefect-server")).start()
-    yield srv
-    srv.stop()
-    assert srv.process is None
-
-
-def env_for(server: LocalServer, **extra: str) -> dict[str, str]:
-    return server.env(PYTHONPATH=str(REPO), **extra)
-
-
-def seeded(tmp_path: Path, name: str) -> Store:
-    store = Store(tmp_path / "store")
-    store.create(name, verl_rows(4))
-    return store
 
 
 def wait_for_versions(store: Store, name: str, count: int, log: Path,
