@@ -13,6 +13,7 @@ from dyngen.events import trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, VersionRecord, verify
 from tests.e2e.conftest import DYNGEN, REPO, env_for, seeded
+
 ROUND_CONFIG = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=UsesContext"]
 
 _EMITTER = """
