@@ -131,10 +131,18 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
     # verl hands generators its RLHFDataset, whose rows are in .dataframe.
     dataset.dataframe = dataset  # type: ignore[attr-defined]
     generator.round_context = context
-    if "context" in inspect.signature(generator.generate).parameters:
-        result = generator.generate(dataset, context=context)
-    else:
-        result = generator.generate(dataset)
+    # A generator's dataset.map/filter would write cache files beside the store's shards;
+    # with caching off, datasets writes them to a temporary folder instead.
+    was_caching = datasets.is_caching_enabled()
+    datasets.disable_caching()
+    try:
+        if "context" in inspect.signature(generator.generate).parameters:
+            result = generator.generate(dataset, context=context)
+        else:
+            result = generator.generate(dataset)
+    finally:
+        if was_caching:
+            datasets.enable_caching()
     return rows_from_output(result, type(generator).__qualname__)
 
 

@@ -87,3 +87,20 @@ def test_a_failed_commit_removes_the_rounds_shards(tmp_path: Path) -> None:
     assert not any(f.exists() for f in files)
     assert store.head("ds").version == 0
     assert gc(store, "ds", grace_seconds=0) == []
+
+
+def test_a_generator_that_maps_the_dataset_writes_nothing_into_the_store(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.create("ds", verl_rows(3))
+    before = sorted(p.name for p in (store.dataset_dir("ds") / "data").iterdir())
+
+    class Mapper(AbstractDataGenerator):
+        def generate(self, dataset):
+            shouted = dataset.map(lambda r: {"data_source": r["data_source"].upper()})
+            return shouted.filter(lambda r: r["extra_info"]["index"] == 0)
+
+    ds = store.load("ds")
+    rows = call_generator(Mapper(None), ds, RoundContext("ds", 1, 0, Trigger()))
+    assert rows[0]["data_source"] == "SEED"
+    assert sorted(p.name for p in (store.dataset_dir("ds") / "data").iterdir()) == before
+    assert datasets.is_caching_enabled()

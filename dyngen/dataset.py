@@ -1,0 +1,163 @@
+"""The trainer-side dataset: a map-style view of a dataset's newest committed version.
+
+`DyngenDataset` is framework-neutral (anything that indexes rows and calls `len` can use
+it, a `torch.utils.data.DataLoader` included). Rows are the stored rows, verl's RL schema
+plus the provenance columns `_dyngen_version`, `_dyngen_round` and `_dyngen_generator`.
+Reading never copies old rows: shards are memory-mapped, and a newer version shares the
+shard files of its parent. After each training batch `on_batch_end` asks for a generation
+round (a Prefect event, or the round inline) and maps whatever version is committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import datasets
+from omegaconf import OmegaConf
+
+from dyngen.config import load_config
+from dyngen.errors import ConfigError
+from dyngen.events import batch_end_payload, emit_batch_end
+from dyngen.store import Store, VersionRecord
+
+Mode = Literal["emit", "inline"]
+MODES: tuple[str, ...] = ("emit", "inline")
+
+logger = logging.getLogger(__name__)
+
+
+class DyngenDataset:
+    """Rows of the newest committed version of `dataset`, growing as rounds commit."""
+
+    def __init__(self, store_root: str | os.PathLike[str], dataset: str, *, mode: Mode = "emit",
+                 config: Mapping[str, Any] | None = None, every_n_batches: int = 1,
+                 metrics_fn: Callable[[Any], Mapping[str, float]] | None = None) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"mode: expected one of {', '.join(MODES)}, found {mode!r}. "
+                              "Use 'emit' (a Prefect server runs rounds) or 'inline'.")
+        if isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int) \
+                or every_n_batches < 1:
+            raise ConfigError(f"every_n_batches: expected an integer >= 1, found "
+                              f"{every_n_batches!r}. Set it to 1 for a round after every batch.")
+        self.store = Store(store_root)
+        self.name = dataset
+        self.mode: Mode = mode
+        self.every_n_batches = every_n_batches
+        self.metrics_fn = metrics_fn
+        self.batches = 0
+        # Inline rounds need a valid config now, not a failing round at every batch later.
+        self.round_config = _round_config(config, self.store) if mode == "inline" else None
+        self._record: VersionRecord = self.store.head(dataset)
+        self._data: datasets.Dataset = self.store.load(dataset, self._record.version)
+
+    # ---- reading ---------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """The committed version whose rows this dataset serves."""
+        return self._record.version
+
+    @property
+    def record(self) -> VersionRecord:
+        """The version record of the rows served."""
+        return self._record
+
+    @property
+    def data(self) -> datasets.Dataset:
+        """The rows served, as a memory-mapped `datasets.Dataset`."""
+        return self._data
+
+    def __len__(self) -> int:
+        """Number of rows in the version served."""
+        return len(self._data)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """One stored row (verl's schema plus the `_dyngen_*` provenance columns)."""
+        return self._data[index]
+
+    def refresh(self) -> bool:
+        """Map the newest committed version if it is newer; tell whether the rows changed."""
+        head = self.store.head_version(self.name)
+        if head is None or head == self._record.version:
+            return False
+        record = self.store.record(self.name, head)
+        self._data = self.store.load(self.name, head)  # memory-mapped again: no row is copied
+        self._record = record
+        return True
+
+    def rows_added_since(self, version: int) -> datasets.Dataset | None:
+        """Rows the served version appends to `version`, or None if it does not extend it.
+
+        A restore, for one, yields a version that is not `version` plus new rows.
+        """
+        old = self.store.record(self.name, version)
+        if self._record.shards[: len(old.shards)] != old.shards:
+            return None
+        if old.rows >= len(self._data):
+            return self._data.select(range(0))  # datasets rejects range(n, n)
+        return self._data.select(range(old.rows, len(self._data)))  # contiguous: no copy
+
+    # ---- growing ---------------------------------------------------------------------
+    def on_batch_end(self, batch: Any = None, *, step: int | None = None,
+                     metrics: Mapping[str, float] | None = None,
+                     rollouts: str | None = None) -> str | dict[str, Any] | None:
+        """Count a finished training batch; every N batches ask for a round; then refresh.
+
+        Returns the event id (emit mode), the round's summary (inline mode), or None when
+        this batch asks for nothing or the request failed. Never raises: a failed request
+        is logged and training goes on. `step` defaults to the number of batches seen;
+        `metrics` to `metrics_fn(batch)` when a `metrics_fn` was given.
+        """
+        self.batches += 1
+        step = self.batches if step is None else int(step)
+        result: str | dict[str, Any] | None = None
+        if self.batches % self.every_n_batches == 0:
+            if metrics is None and self.metrics_fn is not None:
+                metrics = self._metrics_of(batch, step)
+            if self.mode == "emit":
+                result = emit_batch_end(self.name, step, metrics, rollouts)
+            else:
+                result = self._run_inline(step, metrics, rollouts)
+        try:
+            self.refresh()
+        except Exception as exc:  # a half-visible store must not stop training
+            logger.warning("dyngen: could not map the newest version of %r (%s); still "
+                           "serving version %d", self.name, exc, self.version)
+        return result
+
+    def _metrics_of(self, batch: Any, step: int) -> Mapping[str, float] | None:
+        try:
+            return self.metrics_fn(batch) if self.metrics_fn is not None else None
+        except Exception as exc:
+            logger.warning("dyngen: metrics_fn failed at step %s (%s: %s); the round is "
+                           "asked for without metrics", step, type(exc).__name__, exc)
+            return None
+
+    def _run_inline(self, step: int, metrics: Mapping[str, float] | None,
+                    rollouts: str | None) -> dict[str, Any] | None:
+        # The core never imports flows at module level: Prefect-side code stays at the edge.
+        from flows.generation_round import generation_round
+
+        trigger = batch_end_payload(step, metrics, rollouts)["trigger"]
+        try:
+            return generation_round(self.name, config=self.round_config, trigger=trigger)
+        except Exception:
+            logger.exception("dyngen: the inline generation round of %r at step %s failed; "
+                             "training continues on version %d", self.name, step, self.version)
+            return None
+
+
+def _round_config(config: Mapping[str, Any] | None, store: Store) -> dict[str, Any]:
+    """The round's config as plain data, validated, with the store root of this dataset."""
+    plain: Any = config or {}
+    if OmegaConf.is_config(plain):
+        plain = OmegaConf.to_container(plain, resolve=True)
+    if not isinstance(plain, Mapping):
+        raise ConfigError(f"config: expected a mapping with sections store, data and round, "
+                          f"found {type(plain).__name__}. Pass a dict or an OmegaConf config.")
+    base = {**plain, "store": {**dict(plain.get("store") or {}), "root": str(store.root)}}
+    container = OmegaConf.to_container(load_config(base=base), resolve=True)
+    assert isinstance(container, dict)
+    return container

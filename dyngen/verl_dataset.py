@@ -1,0 +1,285 @@
+"""verl drop-in: an `RLHFDataset` whose rows come from the dyngen store, growing as it trains.
+
+Name it in verl's config (this module imports verl; `import dyngen` never does)::
+
+    data.custom_cls.path=pkg://dyngen.verl_dataset
+    data.custom_cls.name=VerlDyngenDataset
+    +data.dyngen.dataset=gsm8k-dyn          # required: the store dataset
+    +data.dyngen.root=/abs/path/dyngen_store  # default: $DYNGEN_STORE_ROOT or dyngen_store
+    +data.dyngen.mode=emit                   # emit (a Prefect server runs rounds) | inline
+    +data.dyngen.every_n_batches=1
+    +data.dyngen.config={...}                # inline mode: the round's dyngen config
+
+The first run imports `data.train_files` as version 0; every later run resumes from the
+newest committed version, generated rows included, and does not re-read the files.
+verl 0.9.1 calls `train_dataset.on_batch_end(batch=batch)` only in its legacy trainer
+(`trainer.use_v1=false`, `RayPPOTrainer.fit`) and in the experimental separation trainer;
+its default V1 trainer never does, so there rows grow only from one start to the next.
+verl builds the validation set with the same class: given other files than
+`data.train_files`, it is verl's plain `RLHFDataset` over those files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import datasets
+import numpy as np
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from verl.utils.dataset.rl_dataset import RLHFDataset
+
+from dyngen.dataset import DyngenDataset
+from dyngen.errors import ConfigError, DatasetExistsError
+from dyngen.store import Store
+from dyngen.verl_format import import_files
+
+logger = logging.getLogger(__name__)
+
+# verl's data keys that mean the same in dyngen's `data:` section (see dyngen.config).
+SHARED_DATA_KEYS = ("prompt_key", "max_prompt_length", "filter_overlong_prompts",
+                    "apply_chat_template_kwargs", "datagen", "tokenizer")
+
+
+class VerlDyngenDataset(RLHFDataset):
+    """verl's `RLHFDataset` over the newest committed version of a dyngen dataset.
+
+    `__getitem__`, `collate_fn`, the sampler and the over-long prompt filter are verl's;
+    only where rows come from differs. Rows keep the `_dyngen_*` provenance columns, so
+    they reach the batch's `non_tensor_batch`.
+
+    Growth and verl's sampler: `on_batch_end` appends newly committed rows at the end, so
+    every index the running epoch's sampler drew stays valid and names the same row. verl's
+    `RandomSampler` (torchdata) and `SequentialSampler` read `len(dataset)` when an epoch's
+    iterator starts, so new rows are drawn from the next epoch on; with
+    `dataloader_num_workers > 0` the workers are forked per epoch and see them then too.
+    `len(train_dataloader)` grows, but verl fixed `total_training_steps` at start-up.
+    A checkpoint resumed mid-epoch after the dataset grew in that epoch replays the sampler
+    over the larger dataset: that epoch's remaining order differs from the interrupted one.
+    """
+
+    def __init__(self, data_files: str | list[str], tokenizer: Any, config: DictConfig,
+                 processor: Any = None, max_samples: int = -1) -> None:
+        self.dyngen_settings = _settings(config) if _is_train(data_files, config) else None
+        self.source: DyngenDataset | None = None
+        self._version: int | None = None
+        self._unapplied: int | None = None
+        super().__init__(data_files=data_files, tokenizer=tokenizer, config=config,
+                         processor=processor, max_samples=max_samples)
+
+    # ---- where rows come from (verl's hooks) ----------------------------------------
+    def _download(self, use_origin_parquet: bool = False) -> None:
+        """Seed the store from `data_files` if the dataset has no version yet; else skip."""
+        if self.dyngen_settings is None:
+            return super()._download(use_origin_parquet)
+        store, name = Store(self.dyngen_settings["root"]), self.dyngen_settings["dataset"]
+        head = store.head_version(name)
+        if head is not None:
+            logger.info("dyngen: %r resumes from version %d under %s; data_files are not "
+                        "read", name, head, store.root)
+            return None
+        super()._download(use_origin_parquet)  # verl's copy of remote files to local ones
+        try:
+            record = import_files(store, name, list(self.data_files), prompt_key=self.prompt_key)
+            logger.info("dyngen: seeded %r version 0 with %d rows from %s", name,
+                        record.rows, list(self.data_files))
+        except DatasetExistsError:  # another process seeded it first: use theirs
+            pass
+        return None
+
+    def _read_files_and_tokenize(self) -> None:
+        """Map the newest committed version, then apply verl's max_samples and filter."""
+        if self.dyngen_settings is None:
+            return super()._read_files_and_tokenize()
+        if self.source is None:
+            cfg = self.dyngen_settings
+            self.source = DyngenDataset(
+                cfg["root"], cfg["dataset"], mode=cfg["mode"],
+                every_n_batches=cfg["every_n_batches"],
+                config=_round_config(cfg, self.config, self.tokenizer)
+                if cfg["mode"] == "inline" else None)
+        else:
+            self.source.refresh()
+        frame = self.source.data
+        logger.info("dyngen: %r version %d has %d rows", self.source.name, self.source.version,
+                    len(frame))
+        if 0 < self.max_samples < len(frame):  # verl's own selection, as in RLHFDataset
+            if self.shuffle:
+                rng = np.random.default_rng(*((self.seed,) if self.seed is not None else ()))
+                indices = rng.choice(len(frame), size=self.max_samples, replace=False)
+            else:
+                indices = np.arange(self.max_samples)
+            frame = frame.select(indices.tolist())
+        self.dataframe = self.maybe_filter_out_long_prompts(frame)
+        self._version = self.source.version
+        return None
+
+    def maybe_filter_out_long_prompts(self, dataframe: datasets.Dataset | None = None
+                                      ) -> datasets.Dataset:
+        """verl's over-long prompt filter, writing no index file beside the store's shards.
+
+        With one filter worker (verl's default) verl's predicate runs in this process;
+        with more, verl's own `datasets.filter` runs with caching sent to a temp dir.
+        """
+        if self.source is None or dataframe is None or not self.filter_overlong_prompts:
+            return super().maybe_filter_out_long_prompts(dataframe)
+        if (self.num_workers or 1) <= 1:
+            return self._filter_in_process(dataframe)
+        with _caching_outside_store():
+            return super().maybe_filter_out_long_prompts(dataframe)
+
+    def _filter_in_process(self, rows: datasets.Dataset) -> datasets.Dataset:
+        kept = super().maybe_filter_out_long_prompts(_RowsForFilter(rows))
+        return kept.rows if isinstance(kept, _RowsForFilter) else kept
+
+    # ---- growing --------------------------------------------------------------------
+    @property
+    def version(self) -> int | None:
+        """The dataset version whose rows verl sees (None for a validation set)."""
+        return self._version
+
+    def refresh(self) -> bool:
+        """Append the rows of a newer committed version; tell whether rows were added."""
+        if self.source is None or self._version is None:
+            return False
+        self.source.refresh()
+        if self.source.version == self._version:
+            return False
+        added = self.source.rows_added_since(self._version)
+        if added is None:
+            if self._unapplied != self.source.version:
+                logger.warning("dyngen: version %d of %r does not extend version %d (a "
+                               "restore?); training keeps version %d until the trainer "
+                               "restarts", self.source.version, self.source.name,
+                               self._version, self._version)
+                self._unapplied = self.source.version
+            return False
+        # A round's few rows: filtered here, not in worker processes.
+        kept = self._filter_in_process(added) if self.filter_overlong_prompts else added
+        if len(kept):
+            self.dataframe = datasets.concatenate_datasets([self.dataframe, kept])
+        self._version = self.source.version
+        return True
+
+    def metrics_from_batch(self, batch: Any) -> dict[str, float]:
+        """The round's trigger metrics from a verl `DataProto`; empty if it has no scores.
+
+        `score/mean|max|min`: each sequence's summed `token_level_scores` (verl's
+        `critic/score/*`, before KL), or else the `score` non-tensor field (the reward
+        function's extra info); `acc/mean`: the `acc` non-tensor field, if present.
+        """
+        tensors = getattr(batch, "batch", None)
+        extra = getattr(batch, "non_tensor_batch", None) or {}
+        scores = None
+        # A TensorDict refuses `key in td`; its keys() view answers.
+        if tensors is not None and "token_level_scores" in tensors.keys():  # noqa: SIM118
+            scores = tensors["token_level_scores"].sum(-1).float().cpu().numpy()
+        elif "score" in extra:
+            scores = np.asarray(extra["score"], dtype=np.float64)
+        metrics: dict[str, float] = {}
+        if scores is not None and scores.size:
+            metrics.update({"score/mean": float(scores.mean()), "score/max": float(scores.max()),
+                            "score/min": float(scores.min())})
+        if "acc" in extra and len(extra["acc"]):
+            metrics["acc/mean"] = float(np.asarray(extra["acc"], dtype=np.float64).mean())
+        return metrics
+
+    def on_batch_end(self, batch: Any = None) -> str | dict[str, Any] | None:
+        """verl's hook after a training batch: ask for a round, then append new rows.
+
+        Returns the event id (emit), the round's summary (inline) or None. Never raises.
+        """
+        if self.source is None:
+            return None
+        try:
+            metrics: Mapping[str, float] | None = self.metrics_from_batch(batch)
+        except Exception as exc:
+            logger.warning("dyngen: no metrics from the batch (%s: %s)", type(exc).__name__, exc)
+            metrics = None
+        step = _global_step(batch)
+        result = self.source.on_batch_end(batch, step=step, metrics=metrics)
+        try:
+            self.refresh()
+        except Exception as exc:
+            logger.warning("dyngen: new rows of %r not added (%s: %s); training goes on with "
+                           "version %s", self.source.name, type(exc).__name__, exc, self._version)
+        return result
+
+
+class _RowsForFilter:
+    """Stands in for a `datasets.Dataset` in verl's filter, applying its predicate row by row.
+
+    verl calls `dataframe.filter(predicate, num_proc=..., desc=...)`; `datasets` would first
+    hash the predicate, whose closure holds the tokenizer: seconds for every new version.
+    """
+
+    def __init__(self, rows: datasets.Dataset) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def filter(self, predicate: Callable[[dict[str, Any]], bool], **_: Any) -> datasets.Dataset:
+        """The rows the predicate keeps (an index mapping held in memory, no copy)."""
+        return self.rows.select([i for i, row in enumerate(self.rows) if predicate(row)])
+
+
+def _settings(config: Any) -> dict[str, Any]:
+    """`data.dyngen` as plain values, with defaults, checked."""
+    section = config.get("dyngen") if config is not None else None
+    plain = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) \
+        else dict(section or {})
+    name = plain.get("dataset")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"data.dyngen.dataset: expected the name of a dyngen dataset, found "
+                          f"{name!r}. Add +data.dyngen.dataset=NAME to verl's config.")
+    root = plain.get("root") or os.environ.get("DYNGEN_STORE_ROOT") or "dyngen_store"
+    return {"dataset": name, "root": str(root), "mode": plain.get("mode", "emit"),
+            "every_n_batches": plain.get("every_n_batches", 1),
+            "config": plain.get("config") or {}}
+
+
+def _is_train(data_files: Any, config: Any) -> bool:
+    """Whether verl builds the training set (the store's) rather than the validation set."""
+    train = config.get("train_files") if config is not None else None
+    if train is None:
+        return True
+    return _paths(data_files) == _paths(train)
+
+
+def _paths(files: Any) -> list[str]:
+    return [str(f) for f in files] if isinstance(files, list | tuple | ListConfig) else [str(files)]
+
+
+def _round_config(settings: Mapping[str, Any], data: Any, tokenizer: Any) -> dict[str, Any]:
+    """The inline round's config: `data.dyngen.config`, then verl's shared `data` keys."""
+    base = dict(settings["config"])
+    shared = {k: data.get(k) for k in SHARED_DATA_KEYS if data.get(k) is not None}
+    shared = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+              for k, v in shared.items()}
+    local = getattr(tokenizer, "name_or_path", None)
+    if "tokenizer" not in shared and isinstance(local, str) and os.path.isdir(local):
+        shared["tokenizer"] = local  # verl copied the model to local disk: same tokenizer
+    base["data"] = {**dict(base.get("data") or {}), **shared}
+    return base
+
+
+def _global_step(batch: Any) -> int | None:
+    meta = getattr(batch, "meta_info", None) or {}
+    step = meta.get("global_steps")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+@contextmanager
+def _caching_outside_store() -> Iterator[None]:
+    """Write `datasets` index files to a temp dir, never beside the store's shards."""
+    enabled = datasets.is_caching_enabled()
+    datasets.disable_caching()
+    try:
+        yield
+    finally:
+        if enabled:
+            datasets.enable_caching()

@@ -1,0 +1,154 @@
+"""DyngenDataset over real store files: reading, refreshing without copies, asking for rounds."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import dyngen.events as events
+from dyngen.dataset import DyngenDataset
+from dyngen.errors import ConfigError, DatasetNotFoundError
+from dyngen.store import Store
+from tests.rows import verl_rows
+
+UNUSED_API = "http://127.0.0.1:9/api"  # the discard port: nothing listens there
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    store = Store(tmp_path / "store")
+    store.create("ds", verl_rows(4))
+    return store
+
+
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Prefect pointed at a port where no server listens; the outage not yet reported."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setattr(events, "_server_down", False)
+    with temporary_settings(updates={PREFECT_API_URL: UNUSED_API}):
+        yield
+
+
+def shard_files(ds: DyngenDataset) -> list[str]:
+    return [Path(f["filename"]).name for f in ds.data.cache_files]
+
+
+def test_rows_are_the_stored_rows_with_provenance(store: Store) -> None:
+    ds = DyngenDataset(store.root, "ds")
+    assert (len(ds), ds.version) == (4, 0)
+    row = ds[2]
+    assert row["prompt"][1] == {"role": "user", "content": "What is 2 + 2?"}
+    assert row["reward_model"] == {"style": "rule", "ground_truth": "4"}
+    assert row["extra_info"]["index"] == 2
+    assert (row["_dyngen_version"], row["_dyngen_generator"]) == (0, "import")
+    assert [ds[i]["extra_info"]["index"] for i in range(len(ds))] == [0, 1, 2, 3]
+
+
+def test_missing_dataset_and_bad_arguments_fail_at_construction(store: Store) -> None:
+    with pytest.raises(DatasetNotFoundError, match="nope"):
+        DyngenDataset(store.root, "nope")
+    with pytest.raises(ConfigError, match="mode: expected one of emit, inline, found 'sync'"):
+        DyngenDataset(store.root, "ds", mode="sync")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="every_n_batches: expected an integer >= 1, found 0"):
+        DyngenDataset(store.root, "ds", every_n_batches=0)
+
+
+def test_refresh_maps_a_version_committed_by_another_handle_without_copying(store: Store) -> None:
+    ds = DyngenDataset(store.root, "ds")
+    before = shard_files(ds)
+    assert ds.refresh() is False
+
+    other = Store(store.root)  # e.g. the Prefect worker running the round
+    other.append("ds", verl_rows(2, start=100), generator="gen", round_id="r1")
+    assert len(ds) == 4  # nothing changes until asked
+    assert ds.refresh() is True
+    assert (len(ds), ds.version) == (6, 1)
+    assert ds[5]["extra_info"]["index"] == 101
+    assert (ds[5]["_dyngen_version"], ds[5]["_dyngen_generator"]) == (1, "gen")
+    # The old rows are the same memory-mapped shard file, plus one new shard.
+    after = shard_files(ds)
+    assert after[: len(before)] == before and len(after) == len(before) + 1
+    assert ds.refresh() is False
+
+
+def test_rows_added_since_tells_appends_from_restores(store: Store) -> None:
+    ds = DyngenDataset(store.root, "ds")
+    store.append("ds", verl_rows(3, start=100))
+    ds.refresh()
+    added = ds.rows_added_since(0)
+    assert added is not None
+    assert [e["index"] for e in added["extra_info"]] == [100, 101, 102]
+    assert len(ds.rows_added_since(1)) == 0
+
+    store.restore("ds", 0)
+    assert ds.refresh() is True
+    assert (len(ds), ds.version) == (4, 2)
+    assert ds.rows_added_since(1) is None  # v2 is v0 again, not v1 plus rows
+
+
+def test_emit_with_no_server_returns_quickly_and_warns_once(
+        store: Store, no_server: None, caplog: pytest.LogCaptureFixture) -> None:
+    ds = DyngenDataset(store.root, "ds")
+    caplog.set_level(logging.DEBUG, logger="dyngen.events")
+    start = time.monotonic()
+    results = [ds.on_batch_end(metrics={"score/mean": 0.5}) for _ in range(3)]
+    elapsed = time.monotonic() - start
+    assert results == [None, None, None]
+    assert elapsed < 3 * events.HEALTH_TIMEOUT_SECONDS + 2
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "'ds' step 1 was not sent" in warnings[0].getMessage()
+    assert UNUSED_API in warnings[0].getMessage()
+    assert ds.batches == 3
+
+
+def test_every_n_batches_and_metrics(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[str, int, object]] = []
+
+    def fake_emit(dataset: str, step: int, metrics: object = None, rollouts: object = None,
+                  **_: object) -> str:
+        sent.append((dataset, step, metrics))
+        return f"evt-{step}"
+
+    monkeypatch.setattr("dyngen.dataset.emit_batch_end", fake_emit)
+    batches = [{"score": s} for s in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)]
+    ds = DyngenDataset(store.root, "ds", every_n_batches=3,
+                       metrics_fn=lambda b: {"score/mean": b["score"]})
+    results = [ds.on_batch_end(b) for b in batches]
+    assert results == [None, None, "evt-3", None, None, "evt-6", None]
+    assert sent == [("ds", 3, {"score/mean": 0.3}), ("ds", 6, {"score/mean": 0.6})]
+
+    sent.clear()
+    ds.on_batch_end(batches[0], step=120, metrics={"acc/mean": 1.0})
+    ds.on_batch_end(batches[0], step=121)
+    assert sent == [("ds", 121, {"score/mean": 0.1})]  # batch 9 of every 3: explicit step
+
+
+def test_a_failing_metrics_fn_does_not_stop_training(
+        store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    sent: list[object] = []
+    monkeypatch.setattr("dyngen.dataset.emit_batch_end",
+                        lambda dataset, step, metrics=None, rollouts=None: sent.append(metrics))
+
+    def broken(batch: object) -> dict[str, float]:
+        raise KeyError("score")
+
+    ds = DyngenDataset(store.root, "ds", metrics_fn=broken)
+    ds.on_batch_end({"x": 1})
+    assert sent == [None]
+    assert "metrics_fn failed at step 1" in caplog.text
+
+
+def test_on_batch_end_maps_versions_committed_meanwhile(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dyngen.dataset.emit_batch_end", lambda *a, **k: "evt")
+    ds = DyngenDataset(store.root, "ds", every_n_batches=100)
+    store.append("ds", verl_rows(1, start=100))  # a round a server ran for an earlier batch
+    assert ds.on_batch_end() is None  # no round asked for at batch 1 of every 100 ...
+    assert (len(ds), ds.version) == (5, 1)  # ... but the committed version is served
