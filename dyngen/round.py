@@ -107,6 +107,9 @@ class RoundContext:
     round: int  # the version this round will commit
     parent: int
     trigger: Trigger
+    # What this generator class recorded as `state` in the newest version it made: a
+    # generator's memory lives in the dataset's lineage, so it survives restarts.
+    previous_state: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data, for lineage and for generators that want a dict."""
@@ -144,6 +147,17 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
         if was_caching:
             datasets.enable_caching()
     return rows_from_output(result, type(generator).__qualname__)
+
+
+def previous_generator_state(store: Store, name: str, generator_class: str,
+                             before: int) -> dict[str, Any] | None:
+    """The `state` the newest version up to `before` made by `generator_class` recorded."""
+    for version in range(before, -1, -1):
+        gen = store.record(name, version).lineage.get("generator") or {}
+        if gen.get("class") == generator_class:
+            state = gen.get("state")
+            return dict(state) if isinstance(state, Mapping) else None
+    return None
 
 
 def rows_from_output(result: Any, generator: str) -> list[Any]:
@@ -222,8 +236,18 @@ def commit_round(store: Store, pending: PendingCommit) -> VersionRecord:
 def generator_lineage(datagen: DictConfig, generator: Any) -> dict[str, Any]:
     """Which generator made the rows: class, where it came from, and its config hash."""
     cls = type(generator)
-    return {"class": f"{cls.__module__}.{cls.__qualname__}", "name": cls.__qualname__,
-            "path": str(datagen.path), "config_hash": config_hash(datagen)}
+    out = {"class": class_path(generator), "name": cls.__qualname__,
+           "path": str(datagen.path), "config_hash": config_hash(datagen)}
+    state = getattr(generator, "state", None)
+    if isinstance(state, Mapping):
+        out["state"] = json.loads(json.dumps(dict(state), default=str))  # JSON-safe
+    return out
+
+
+def class_path(obj: Any) -> str:
+    """`module.QualName` of an object's class: how lineage names a generator."""
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 @lru_cache(maxsize=4)

@@ -65,7 +65,8 @@ def generation_round(
         context = RoundContext(dataset, parent.version + 1, parent.version, trig)
         _label_run(dataset, context.round)
         with _timed(timings, "generate"):
-            rows, generator = generate.configured(cfg)(cfg.data.datagen, data, context)
+            rows, generator = generate.configured(cfg)(cfg.data.datagen, data, context,
+                                                       cfg.store.root)
         with _timed(timings, "filter"):
             outcome = filter_generated(cfg, parent, rows)
         lineage = {

@@ -30,7 +30,12 @@ def rows_of(dataset: GeneratorInput) -> datasets.Dataset:
 
 
 class AbstractDataGenerator(ABC):
-    """Makes new training rows from the current dataset; built with the ``datagen`` config."""
+    """Makes new training rows from the current dataset; built with the ``datagen`` config.
+
+    A generator that needs memory across rounds sets ``self.state`` (a JSON-able dict) in
+    ``generate``; the round records it in the version's lineage and hands it back as
+    ``context.previous_state`` next time, in this process or after a restart.
+    """
 
     def __init__(self, config: DictConfig | None) -> None:
         self.config = config

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import datasets
@@ -10,16 +11,26 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from dyngen.round import RoundContext, call_generator, generator_lineage
+from dyngen.round import (
+    RoundContext,
+    call_generator,
+    class_path,
+    generator_lineage,
+    previous_generator_state,
+)
+from dyngen.store import Store
 from generators import build_generator
 
 
 @task(name="generate", cache_policy=NO_CACHE)
-def generate_rows(datagen: DictConfig, dataset: datasets.Dataset,
-                  context: RoundContext) -> tuple[list[Any], dict[str, Any]]:
+def generate_rows(datagen: DictConfig, dataset: datasets.Dataset, context: RoundContext,
+                  store_root: str) -> tuple[list[Any], dict[str, Any]]:
     """New rows from a freshly built generator, and which generator made them."""
     generator = build_generator(datagen)
-    return call_generator(generator, dataset, context), generator_lineage(datagen, generator)
+    previous = previous_generator_state(Store(store_root), context.dataset,
+                                        class_path(generator), context.parent)
+    rows = call_generator(generator, dataset, replace(context, previous_state=previous))
+    return rows, generator_lineage(datagen, generator)
 
 
 def configured(cfg: DictConfig) -> Task:

@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from subprocess import Popen
 
 from dyngen.events import trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
@@ -67,20 +70,27 @@ def emit_from_another_process(server: LocalServer, name: str, steps: list[int]) 
     return ids
 
 
+@contextmanager
+def serving(server: LocalServer, store: Store, name: str, log: Path) -> Iterator[Popen]:
+    """`dyngen serve --dataset name` in its own process, its trigger registered."""
+    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", name,
+                   *ROUND_CONFIG], env_for(server), log, cwd=REPO)
+    try:
+        wait_for_automation(server.api_url, trigger_name(name))
+        yield serve
+    finally:
+        stop(serve)
+    assert serve.poll() is not None
+
+
 def test_served_round_commits_one_version_per_batch_event(server: LocalServer,
                                                           tmp_path: Path) -> None:
     store = seeded(tmp_path, "served")
     log = tmp_path / "serve.log"
-    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", "served",
-                   *ROUND_CONFIG], env_for(server), log, cwd=REPO)
-    try:
-        wait_for_automation(server.api_url, trigger_name("served"))
+    with serving(server, store, "served", log):
         event_ids = emit_from_another_process(server, "served", [1, 2, 3])
         history = wait_for_versions(store, "served", 3, log)
         assert len(finished_runs(server, "served", 3)) == 3
-    finally:
-        stop(serve)
-    assert serve.poll() is not None
     by_step = {r.lineage["trigger"]["step"]: r for r in history[1:]}
     assert sorted(by_step) == [1, 2, 3]
     for step, event_id in zip((1, 2, 3), event_ids, strict=True):
@@ -95,10 +105,7 @@ def test_five_events_at_once_run_five_rounds_one_after_another(server: LocalServ
                                                                tmp_path: Path) -> None:
     store = seeded(tmp_path, "burst")
     log = tmp_path / "serve.log"
-    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", "burst",
-                   *ROUND_CONFIG], env_for(server), log, cwd=REPO)
-    try:
-        wait_for_automation(server.api_url, trigger_name("burst"))
+    with serving(server, store, "burst", log):
         emitters = [subprocess.Popen([*DYNGEN, "emit", "burst", "--step", str(step)],
                                      env=env_for(server), cwd=REPO, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True) for step in range(1, 6)]
@@ -107,8 +114,6 @@ def test_five_events_at_once_run_five_rounds_one_after_another(server: LocalServ
             assert proc.returncode == 0, err
         history = wait_for_versions(store, "burst", 5, log)
         runs = finished_runs(server, "burst", 5)
-    finally:
-        stop(serve)
     assert [r.version for r in history] == [0, 1, 2, 3, 4, 5]
     assert [r.parent for r in history[1:]] == [0, 1, 2, 3, 4]
     assert sorted(r.lineage["trigger"]["step"] for r in history[1:]) == [1, 2, 3, 4, 5]
