@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -25,15 +25,15 @@ from dyngen.filters import (
     DuplicateFilter,
     FilterOutcome,
     OverlongPromptFilter,
+    RowBatch,
     RowFilter,
     SchemaFilter,
-    normalise_row,
     run_filters,
 )
 from dyngen.plugins import load_class
 from dyngen.store import PendingCommit, Store, VersionRecord
 from dyngen.store.names import validate_name
-from dyngen.store.shards import schema_from_json
+from dyngen.store.shards import schema_from_json, to_table
 
 MAX_METRICS = 256
 MAX_TRIGGER_BYTES = 64 * 1024
@@ -57,6 +57,14 @@ class Trigger:
             return value
         if not isinstance(value, Mapping):
             raise TriggerError(f"trigger must be a mapping, found {type(value).__name__}.")
+        if not value:
+            # What a batch-end event without a "trigger" in its payload renders to. A round
+            # no event started passes None; an empty trigger would commit without a step
+            # and without an idempotency key, once per re-delivery.
+            raise TriggerError("trigger is empty: a batch-end event's payload must carry "
+                               '{"trigger": {"event_id", "step", "metrics", "rollouts"}} '
+                               "(dyngen.events.emit_batch_end sends it); pass None for a "
+                               "round that no event started.")
         if len(json.dumps(value, default=str)) > MAX_TRIGGER_BYTES:
             raise TriggerError(f"trigger payload is larger than {MAX_TRIGGER_BYTES} bytes; "
                                "send metrics as a few numbers and rollouts as a file path.")
@@ -124,8 +132,8 @@ def load_head(store: Store, name: str) -> tuple[datasets.Dataset, VersionRecord]
     return store.load(name, record.version), record
 
 
-def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundContext) -> list[Any]:
-    """Run `generator.generate(dataset)` and return its new rows as a list.
+def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundContext) -> RowBatch:
+    """Run `generator.generate(dataset)` and return its new rows.
 
     verl's generators take only the dataset and reach rows through `.dataframe`; both
     keep working. The round context is offered as `generator.round_context`, and passed
@@ -143,6 +151,11 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
             result = generator.generate(dataset, context=context)
         else:
             result = generator.generate(dataset)
+    except BaseException as exc:  # its own error (or a timeout) keeps its type, for retries
+        exc.add_note(f"dyngen: raised in generator {type(generator).__qualname__} "
+                     f"({class_path(generator)}) during round {context.round} of dataset "
+                     f"{context.dataset!r}")
+        raise
     finally:
         if was_caching:
             datasets.enable_caching()
@@ -160,23 +173,29 @@ def previous_generator_state(store: Store, name: str, generator_class: str,
     return None
 
 
-def rows_from_output(result: Any, generator: str) -> list[Any]:
-    """Convert a generator's return value to rows where that is unambiguous, else fail."""
+def rows_from_output(result: Any, generator: str) -> RowBatch:
+    """Take a generator's return value as rows where that is unambiguous, else fail.
+
+    A `datasets.Dataset` or Arrow table stays in Arrow (the filters read it by column).
+    """
     expected = "expected a datasets.Dataset of new rows in verl's schema"
-    if isinstance(result, datasets.Dataset):
-        return result.to_list()
-    if isinstance(result, pa.Table):
-        return result.to_pylist()
+    if isinstance(result, (datasets.Dataset, pa.Table)):
+        return RowBatch(to_table(result))
     if isinstance(result, (list, tuple)):
-        return list(result)
+        return RowBatch(result)
     if type(result).__module__.startswith("pandas") and hasattr(result, "to_dict"):
-        return result.to_dict("records")
+        return RowBatch(result.to_dict("records"))
     if isinstance(result, Mapping):
         columns = list(result.values())
-        if columns and all(isinstance(c, list) for c in columns) \
-                and len({len(c) for c in columns}) == 1:
-            return [dict(zip(result.keys(), vals, strict=True)) for vals in zip(*columns,
-                                                                               strict=True)]
+        if columns and all(isinstance(c, list) for c in columns):
+            lengths = {str(k): len(c) for k, c in result.items()}
+            if len(set(lengths.values())) == 1:
+                return RowBatch([dict(zip(result.keys(), vals, strict=True))
+                                 for vals in zip(*columns, strict=True)])
+            raise GeneratorOutputError(
+                f"generator {generator} returned a dict of columns of unequal lengths "
+                f"{dict(list(lengths.items())[:8])}; {expected}, or a dict of equal-length "
+                "column lists.")
         raise GeneratorOutputError(
             f"generator {generator} returned a dict with keys {list(result)[:8]}; {expected} "
             "(a dict of equal-length column lists is also accepted)."
@@ -204,20 +223,27 @@ def build_filters(cfg: DictConfig, store: Store, name: str,
     return filters
 
 
-def filter_rows(rows: list[Any], filters: list[RowFilter]) -> FilterOutcome:
-    """Run the filters; the kept rows come back in their stored form."""
-    outcome = run_filters(rows, filters)
-    schema = next((f.schema for f in filters if isinstance(f, SchemaFilter)), None)
-    if schema is not None:
-        outcome.kept = [normalise_row(r, schema) for r in outcome.kept]
+def filter_rows(rows: Sequence[Any], filters: list[RowFilter]) -> FilterOutcome:
+    """Run the filters; the kept rows come back in their stored form (an Arrow table).
+
+    Kept and rejected rows come back as RowBatches: one opaque value each for Prefect to
+    hand to the next task, however many rows they hold.
+    """
+    outcome = run_filters(rows if isinstance(rows, RowBatch) else RowBatch(rows), filters)
+    schema_filter = next((f for f in filters if isinstance(f, SchemaFilter)), None)
+    if schema_filter is not None:
+        outcome.kept = RowBatch(schema_filter.stored(outcome.kept))
+    outcome.rejected = RowBatch(outcome.rejected)
     return outcome
 
 
 def write_round(store: Store, context: RoundContext, outcome: FilterOutcome,
                 generator: str, lineage: dict[str, Any]) -> PendingCommit:
     """Write the kept rows as one new shard and the rejected rows as a quarantine shard."""
+    kept = outcome.kept
     return store.prepare_append(
-        context.dataset, outcome.kept, rejected=outcome.rejected or None,
+        context.dataset, kept.for_store() if isinstance(kept, RowBatch) else list(kept),
+        rejected=list(outcome.rejected) or None,
         idempotency_key=context.trigger.idempotency_key(context.dataset),
         lineage=lineage, round_id=f"round-{context.round}", generator=generator,
     )

@@ -30,6 +30,7 @@ from dyngen.errors import (
     SchemaMismatchError,
     VersionNotFoundError,
 )
+from dyngen.faults import crash_point
 from dyngen.store import keys as pk
 from dyngen.store import shards as sh
 from dyngen.store.names import validate_name
@@ -287,8 +288,11 @@ class Store:
             fh.write(rec.to_json())
             fh.flush()
             os.fsync(fh.fileno())
+        crash_point("store.after_temp_record")
         try:
+            crash_point("store.before_link")
             os.link(tmp, folder / f"{rec.version:020d}.json")
+            crash_point("store.after_link")
         except FileExistsError:
             raise CommitConflictError(name, pending.parent, self.head_version(name)) from None
         finally:
@@ -397,6 +401,7 @@ class Store:
             pk.write_keys(pk.prompt_keys(table.column(PROMPT_COLUMN).to_pylist()),
                           base / keys_rel)
         info = sh.write_shard(table, base / f"{stem}.arrow")
+        crash_point("store.after_shard_write")
         return (replace(info, path=f"{stem}.arrow", keys=keys_rel),)
 
     @staticmethod
