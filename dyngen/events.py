@@ -66,6 +66,9 @@ def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
         if not reachable:
             return _not_sent(dataset, step, f"the Prefect server at {url} is unreachable ({why})")
         payload = batch_end_payload(step, metrics, rollouts, event_id)
+        # A worker already running in this process may be bound to another server: flush
+        # and stop it, so the one started below sends to `url`.
+        _drain_quietly(EventsWorker)
         with temporary_settings(updates={PREFECT_API_URL: url}):
             emit_event(
                 event=EVENT_NAME,
@@ -74,21 +77,25 @@ def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
                 payload=payload,
             )
             # Events are sent by a background worker; waiting for it here (milliseconds on
-            # a reachable server) means "returned an id" also means "delivered". The
-            # worker announces every drain with a warning that is only noise here.
-            worker_log = logging.getLogger("EventsWorker")
-            level = worker_log.level
-            worker_log.setLevel(logging.ERROR)
-            try:
-                EventsWorker.drain_all(timeout=DRAIN_TIMEOUT_SECONDS)
-            finally:
-                worker_log.setLevel(level)
+            # a reachable server) means "returned an id" also means "delivered".
+            _drain_quietly(EventsWorker)
     except Exception as exc:  # a trainer must never die because of bookkeeping
         return _not_sent(dataset, step, f"{type(exc).__name__}: {exc}")
     if _server_down:
         logger.warning("dyngen: the Prefect server is reachable again; batch-end events resume")
         _server_down = False
     return str(payload["trigger"]["event_id"])
+
+
+def _drain_quietly(worker: Any) -> None:
+    """Flush and stop Prefect's event workers (which log every drain as a warning)."""
+    worker_log = logging.getLogger("EventsWorker")
+    level = worker_log.level
+    worker_log.setLevel(logging.ERROR)
+    try:
+        worker.drain_all(timeout=DRAIN_TIMEOUT_SECONDS)
+    finally:
+        worker_log.setLevel(level)
 
 
 def _healthy(url: str) -> tuple[bool, str]:
