@@ -22,3 +22,15 @@ def verl_row(i: int, source: str = "seed", content: str | None = None) -> dict[s
 def verl_rows(n: int, start: int = 0, source: str = "seed") -> list[dict[str, Any]]:
     """`n` distinct rows with indices start..start+n-1."""
     return [verl_row(i, source) for i in range(start, start + n)]
+
+
+def verl_row_with(i: int, source: str = "seed", **changes: Any) -> dict[str, Any]:
+    """verl_row(i) with fields replaced; `outer.inner=` replaces a nested field."""
+    row = verl_row(i, source)
+    for key, value in changes.items():
+        if "." in key:
+            outer, inner = key.split(".")
+            row[outer] = {**row[outer], inner: value}
+        else:
+            row[key] = value
+    return row

@@ -18,7 +18,7 @@ from dyngen.filters import (
 )
 from dyngen.store import Store
 from dyngen.store.shards import schema_from_json
-from tests.rows import verl_row, verl_rows
+from tests.rows import verl_row, verl_row_with, verl_rows
 
 WORDS = ["solve", "the", "équation", "für", "x", "数学", "问题", "🙂", "∑", "مرحبا", "\t", "  ",
          "integral", "\n", "0.5", "ℝ", "naïve", "Ωmega", "<tag>", "{json}", "—", "ß"]
@@ -86,14 +86,7 @@ def schema_filter(tmp_path: Path) -> SchemaFilter:
 
 
 def _with(**changes: Any) -> dict[str, Any]:
-    row = verl_row(7)
-    for key, value in changes.items():
-        if "." in key:
-            outer, inner = key.split(".")
-            row[outer] = {**row[outer], inner: value}
-        else:
-            row[key] = value
-    return row
+    return verl_row_with(7, **changes)
 
 
 BAD_ROWS = {

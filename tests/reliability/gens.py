@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from generators.base import AbstractDataGenerator
-from tests.rows import verl_row
+from tests.rows import verl_row, verl_row_with
 
 GOOD = (900, 901)
 HUGE_CONTENT_CHARS = 20_000_000
@@ -27,14 +27,7 @@ HUGE_CONTENT_CHARS = 20_000_000
 
 def _row(**changes: Any) -> dict[str, Any]:
     """A bad row: row 800 with `changes` (`a.b=` sets a nested field)."""
-    row = verl_row(800, source="bad")
-    for key, value in changes.items():
-        if "." in key:
-            outer, inner = key.split(".")
-            row[outer] = {**row[outer], inner: value}
-        else:
-            row[key] = value
-    return row
+    return verl_row_with(800, "bad", **changes)
 
 
 def _hang() -> Any:
