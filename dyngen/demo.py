@@ -9,7 +9,6 @@ then stops everything it started, by PID (unless --keep-server).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sys
@@ -136,7 +135,3 @@ def show_history(store: Store, console: Console) -> None:
 
     console.print(history_table(store, DATASET))
 
-
-def history_json(store: Store) -> list[dict]:
-    """The history as plain data (for scripts and tests)."""
-    return [json.loads(r.to_json()) for r in store.history(DATASET)]

@@ -10,7 +10,7 @@ import inspect
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -118,10 +118,6 @@ class RoundContext:
     # What this generator class recorded as `state` in the newest version it made: a
     # generator's memory lives in the dataset's lineage, so it survives restarts.
     previous_state: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data, for lineage and for generators that want a dict."""
-        return asdict(self)
 
 
 # ---- stages ---------------------------------------------------------------------------
