@@ -33,7 +33,7 @@ from dyngen.filters import (
 from dyngen.plugins import load_class
 from dyngen.store import PendingCommit, Store, VersionRecord
 from dyngen.store.names import validate_name
-from dyngen.store.shards import schema_from_json, to_table
+from dyngen.store.shards import schema_from_json, to_table, widen
 
 MAX_METRICS = 256
 MAX_TRIGGER_BYTES = 64 * 1024
@@ -201,11 +201,15 @@ def rows_from_output(result: Any, generator: str) -> RowBatch:
                                "Return only the new rows, e.g. datasets.Dataset.from_list(rows).")
 
 
-def build_filters(cfg: DictConfig, store: Store, name: str,
-                  record: VersionRecord) -> list[RowFilter]:
-    """schema → over-long prompt → duplicate → user filters, as configured."""
+def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecord,
+                  rows: Sequence[Any] = ()) -> list[RowFilter]:
+    """schema → over-long prompt → duplicate → user filters, as configured.
+
+    The schema is the parent's, with the extra_info fields the `rows` add (see `widen`).
+    """
     key = cfg.data.prompt_key
-    filters: list[RowFilter] = [SchemaFilter(schema_from_json(record.schema), key)]
+    schema = widen(schema_from_json(record.schema), _extra_info_schema(rows))
+    filters: list[RowFilter] = [SchemaFilter(schema, key)]
     if cfg.data.filter_overlong_prompts:
         filters.append(OverlongPromptFilter(
             load_tokenizer(str(tokenizer_path(cfg))), cfg.data.max_prompt_length, key,
@@ -217,6 +221,19 @@ def build_filters(cfg: DictConfig, store: Store, name: str,
                          kind="filter")
         filters.append(cls(entry))
     return filters
+
+
+def _extra_info_schema(rows: Sequence[Any]) -> pa.Schema:
+    """The Arrow type of the rows' extra_info, or an empty schema where it has none."""
+    table = rows.table if isinstance(rows, RowBatch) else None
+    if table is not None:
+        return table.schema
+    extras = [r.get("extra_info") for r in rows if isinstance(r, Mapping)]
+    try:
+        return pa.table({"extra_info": pa.array([e for e in extras if isinstance(e, Mapping)])}
+                        ).schema
+    except (pa.ArrowException, TypeError, ValueError):
+        return pa.schema([])  # mixed types: the schema filter rejects rows one by one
 
 
 def filter_rows(rows: Sequence[Any], filters: list[RowFilter]) -> FilterOutcome:

@@ -17,4 +17,4 @@ from dyngen.store import Store, VersionRecord
 def filter_generated(cfg: DictConfig, parent: VersionRecord, rows: list[Any]) -> FilterOutcome:
     """Rows kept and rows quarantined with their reasons, against the parent version."""
     store = Store(cfg.store.root)
-    return filter_rows(rows, build_filters(cfg, store, parent.dataset, parent))
+    return filter_rows(rows, build_filters(cfg, store, parent.dataset, parent, rows))

@@ -99,7 +99,8 @@ def _check_shard(store: Store, name: str, rec: VersionRecord, info: ShardInfo,
         if size != 8 * info.rows:
             return f"prompt keys {info.keys} hold {size // 8} keys, the shard has {info.rows} rows"
     expected = sh.schema_from_json(schema_json) if schema_json is not None else REJECTED_SCHEMA
-    if not table.schema.equals(expected, check_metadata=False):
+    if schema_json is None and not table.schema.equals(expected, check_metadata=False) or (
+            schema_json is not None and not sh.evolves_to(table.schema, expected)):
         return f"schema differs from the version's schema: found {table.schema}"
     return None
 

@@ -24,6 +24,8 @@ PROVENANCE_FIELDS = (
     pa.field(GENERATOR_COLUMN, pa.string()),
 )
 PROVENANCE_COLUMNS = tuple(f.name for f in PROVENANCE_FIELDS)
+# verl's free-form per-row dict: a round may add fields to it (older rows read them as null).
+EVOLVING_COLUMN = "extra_info"
 
 _BATCH_ROWS = 65_536
 _HASH_CHUNK = 8 << 20
@@ -80,8 +82,9 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     if extra:
         raise SchemaMismatchError(
             f"rows have fields the dataset schema lacks: {', '.join(extra)}. Expected only "
-            f"the dataset's columns ({', '.join(schema.names)}); drop or rename those fields, "
-            "or create a new dataset whose version 0 has them."
+            f"the dataset's columns ({', '.join(schema.names)}; new fields may be added inside "
+            f"{EVOLVING_COLUMN}); drop or rename those fields, or move them into "
+            f"{EVOLVING_COLUMN}."
         )
     columns = []
     for fld in schema:
@@ -99,6 +102,45 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def widen(schema: pa.Schema, rows: pa.Schema) -> pa.Schema:
+    """`schema` with the fields `rows` adds inside extra_info appended, as Hugging Face types.
+
+    Generators record per-row facts there (which seed task, which model); a dataset's
+    version 0 cannot foresee them. Every other difference is refused by `conform`. A field
+    that holds only nulls adds nothing.
+    """
+    name = EVOLVING_COLUMN
+    if name not in schema.names or name not in rows.names:
+        return schema
+    old, new = schema.field(name).type, rows.field(name).type
+    if not (pa.types.is_struct(old) and pa.types.is_struct(new)):
+        return schema
+    have = {old.field(i).name for i in range(old.num_fields)}
+    added = [new.field(i) for i in range(new.num_fields)
+             if new.field(i).name not in have and not pa.types.is_null(new.field(i).type)]
+    if not added:
+        return schema
+    wide = pa.struct([old.field(i) for i in range(old.num_fields)] + added)
+    widened = schema.set(schema.get_field_index(name), schema.field(name).with_type(wide))
+    try:
+        return schema_from_json(schema_to_json(widened))
+    except (TypeError, ValueError, NotImplementedError):
+        return schema  # a type datasets cannot describe: `conform` names the fields
+
+
+
+def evolves_to(old: pa.Schema, new: pa.Schema) -> bool:
+    """Whether rows of schema `old` read as `new` once fields added by `widen` are null."""
+    return widen(old, new).equals(new, check_metadata=False)
+
+
+def as_schema(part: datasets.Dataset, schema: pa.Schema) -> datasets.Dataset:
+    """A shard read in a later version's (wider) schema; still memory-mapped, no copy."""
+    if part.data.schema.equals(schema, check_metadata=False):
+        return part
+    return datasets.Dataset(part.data.cast(schema))
+
+
 def _dropped_fields(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
     """Nested field paths present in `src` that a cast to `dst` would silently drop."""
     if pa.types.is_struct(src) and pa.types.is_struct(dst):
@@ -107,7 +149,8 @@ def _dropped_fields(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
         for i in range(src.num_fields):
             f = src.field(i)
             if f.name not in dst_names:
-                out.append(f"{path}.{f.name}")
+                if not pa.types.is_null(f.type):  # only nulls: nothing is lost
+                    out.append(f"{path}.{f.name}")
             else:
                 out += _dropped_fields(f.type, dst_names[f.name], f"{path}.{f.name}")
         return out

@@ -187,9 +187,11 @@ class Store:
                 f"Run `dyngen verify {name}` to list all damage, then `dyngen restore {name} "
                 "<version>` to an earlier version that verifies, and `dyngen gc`."
             )
+        target = schema if schema is not None else sh.schema_from_json(rec.schema)
         if not parts:
-            target = schema if schema is not None else sh.schema_from_json(rec.schema)
             return datasets.Dataset(datasets.table.InMemoryTable(target.empty_table()))
+        # Shards written before a round added extra_info fields read them as null.
+        parts = [sh.as_schema(p, target) for p in parts]
         return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
     def contains_prompts(self, name: str, keys: np.ndarray,
@@ -246,13 +248,13 @@ class Store:
                        generator: str | None = None) -> PendingCommit:
         """Write the rows (and quarantined rows) as new shards on top of the current head."""
         head = self.head(name)
-        schema = sh.schema_from_json(head.schema)
         table = sh.with_provenance(sh.to_table(rows), head.version + 1, round_id, generator)
+        schema = sh.widen(sh.schema_from_json(head.schema), table.schema)
         table = sh.conform(table, schema)
         return PendingCommit(
             dataset=name, parent=head.version, operation="append", base_shards=head.shards,
             new_shards=self._write_data(name, table),
-            rejected=self._write_rejected(name, rejected), schema=head.schema,
+            rejected=self._write_rejected(name, rejected), schema=sh.schema_to_json(schema),
             idempotency_key=idempotency_key, lineage=dict(lineage or {}),
             round_id=round_id, generator=generator,
         )
@@ -308,11 +310,8 @@ class Store:
         head = self.head(pending.dataset)
         if pending.operation == "restore":
             return replace(pending, parent=head.version)
-        if head.schema != pending.schema:
-            raise SchemaMismatchError(
-                f"dataset {pending.dataset!r} changed schema at version {head.version}; "
-                "regenerate the rows against the new head."
-            )
+        # Both sides may have added extra_info fields since their common parent.
+        schema = sh.widen(sh.schema_from_json(head.schema), sh.schema_from_json(pending.schema))
         # Rows carry the version that added them, so the new shard is rewritten with the
         # new number; the old file was never committed and is removed at once.
         new_shards = []
@@ -321,10 +320,17 @@ class Store:
             table = sh.read_shard(path).with_format("arrow")[:]
             table = sh.with_provenance(table, head.version + 1, pending.round_id,
                                        pending.generator)
+            try:
+                table = sh.conform(table, schema)
+            except SchemaMismatchError as exc:
+                raise SchemaMismatchError(
+                    f"dataset {pending.dataset!r} changed schema at version {head.version} in "
+                    f"a way these rows do not fit ({exc}); regenerate them against the new head."
+                ) from exc
             new_shards += self._write_data(pending.dataset, table)
             self.abort(replace(pending, new_shards=(info,), rejected=()))
         return replace(pending, parent=head.version, base_shards=head.shards,
-                       new_shards=tuple(new_shards))
+                       new_shards=tuple(new_shards), schema=sh.schema_to_json(schema))
 
     def commit_with_rebase(self, pending: PendingCommit, *,
                            max_attempts: int = 200) -> VersionRecord:

@@ -110,3 +110,14 @@ class BlockUntilReleased(AddNewRows):
             time.sleep(0.05)
         Path(self.config.finished).write_text(str(time.time()))
         return super().generate(dataset)
+
+
+class AddsProvenance(AbstractDataGenerator):
+    """Rows that record which seed they came from in new extra_info fields, plus one row
+    with a new top-level column (only extra_info may gain fields)."""
+
+    def generate(self, dataset: Any) -> list[dict[str, Any]]:
+        rows = [verl_row(i, source="proposer") for i in (700, 701)]
+        for seed, row in enumerate(rows):
+            row["extra_info"] = {**row["extra_info"], "seed_index": seed, "model": "tiny"}
+        return [*rows, {**verl_row(702), "surprise": 1}]

@@ -85,6 +85,19 @@ def test_round_commits_the_expected_rows_with_lineage_everywhere(store: Store) -
     assert verify(store, "ds") == []
 
 
+def test_new_extra_info_fields_from_a_generator_are_committed_per_row(store: Store) -> None:
+    state = generation_round("ds", config(store, name="AddsProvenance"), {"step": 1},
+                             return_state=True)
+    assert state.is_completed(), state.message
+    extras = store.load("ds")["extra_info"]
+    assert [(e["index"], e["seed_index"], e["model"]) for e in extras] == [
+        (0, None, None), (1, None, None), (2, None, None), (3, None, None),
+        (700, 0, "tiny"), (701, 1, "tiny")]
+    rejected = store.load_rejected("ds")
+    assert rejected["reason"] == ["schema"] and "surprise" in rejected["detail"][0]
+    assert verify(store, "ds") == []
+
+
 def test_generator_gets_the_round_context(store: Store) -> None:
     generation_round("ds", config(store, "UsesContext"), {"step": 7})
     assert store.load("ds")[-1]["data_source"] == "step-7"

@@ -182,8 +182,8 @@ def test_idempotency_key_is_found_after_a_conflict(tmp_path: Path) -> None:
 def test_rows_with_unknown_fields_are_refused_and_nothing_is_left(store: Store) -> None:
     store.create("ds", verl_rows(1))
     bad = verl_rows(1, start=1)
-    bad[0]["extra_info"]["surprise"] = 1
-    with pytest.raises(SchemaMismatchError, match=r"extra_info\.surprise"):
+    bad[0]["reward_model"]["surprise"] = 1  # only extra_info may gain fields
+    with pytest.raises(SchemaMismatchError, match=r"reward_model\.surprise"):
         store.append("ds", bad)
     bad2 = verl_rows(1, start=1)
     bad2[0]["novel_column"] = "x"
