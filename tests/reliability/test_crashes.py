@@ -24,8 +24,9 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
 from dyngen.faults import CRASH_ENV, CRASH_POINTS
 from dyngen.store import Store, gc, verify
-from flows import generation_round as round_flow
-from flows.generation_round import LEASE_SECONDS, generation_round
+from flows import round_guard
+from flows.generation_round import generation_round
+from flows.round_guard import LEASE_SECONDS
 from tests.reliability.helpers import (
     Child,
     files_named_by_records,
@@ -128,23 +129,23 @@ def test_every_crash_point_is_placed_in_the_code() -> None:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_only_a_process_that_has_exited_counts_as_a_dead_slot_holder() -> None:
     child = subprocess.Popen(["sleep", "30"])
-    identity = round_flow._process_identity(child.pid)
+    identity = round_guard._process_identity(child.pid)
     assert identity is not None
     machine, pid, started = identity.split("/")
     try:
-        assert not round_flow._process_is_gone(identity)  # alive: never freed
-        assert round_flow._process_is_gone(f"{machine}/{pid}/{int(started) + 1}")  # pid reused
-        assert not round_flow._process_is_gone(f"other-machine/{pid}/{started}")
-        assert not round_flow._process_is_gone("")  # unknown: the lease lapses on its own
+        assert not round_guard._process_is_gone(identity)  # alive: never freed
+        assert round_guard._process_is_gone(f"{machine}/{pid}/{int(started) + 1}")  # pid reused
+        assert not round_guard._process_is_gone(f"other-machine/{pid}/{started}")
+        assert not round_guard._process_is_gone("")  # unknown: the lease lapses on its own
         child.kill()
         deadline = time.monotonic() + 10
-        while not round_flow._process_is_gone(identity):  # a zombie until reaped
+        while not round_guard._process_is_gone(identity):  # a zombie until reaped
             assert time.monotonic() < deadline, "a killed child never counted as gone"
             time.sleep(0.01)
     finally:
         child.kill()
         child.wait()
-    assert round_flow._process_is_gone(identity)
+    assert round_guard._process_is_gone(identity)
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
@@ -152,7 +153,7 @@ def test_a_round_killed_at_a_point_recovers_to_exactly_one_new_version(
         point: str, crashes: dict[str, Crash], report: Report,
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A rerun stuck behind the dead round's slot fails fast instead of waiting an hour.
-    monkeypatch.setattr(round_flow, "GUARD_TIMEOUT_SECONDS", RERUN_LIMIT_SECONDS)
+    monkeypatch.setattr(round_guard, "GUARD_TIMEOUT_SECONDS", RERUN_LIMIT_SECONDS)
     report.tried.append(point)
     try:
         _check_crash_and_rerun(point, crashes[point])
