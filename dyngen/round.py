@@ -27,10 +27,10 @@ from dyngen.filters import (
     OverlongPromptFilter,
     RowBatch,
     RowFilter,
-    SchemaFilter,
     run_filters,
 )
 from dyngen.plugins import load_class
+from dyngen.schema_filter import SchemaFilter
 from dyngen.store import PendingCommit, Store, VersionRecord
 from dyngen.store.names import validate_name
 from dyngen.store.shards import schema_from_json, to_table, widen
