@@ -37,6 +37,10 @@ def prefect_env(home: Path, api_url: str | None = None,
            "PREFECT_RUNNER_POLL_FREQUENCY": "1",
            # Queued (ENQUEUE) rounds retry their slot every second, not every 30 s.
            "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "1",
+           # Round slots' leases on disk, not in server memory: a round holding one when
+           # the server restarts can still renew and release it.
+           "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE":
+               "prefect.server.concurrency.lease_storage.filesystem",
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
     if api_url:
         env["PREFECT_API_URL"] = api_url
