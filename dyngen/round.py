@@ -208,6 +208,11 @@ def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecor
     The schema is the parent's, with the extra_info fields the `rows` add (see `widen`).
     """
     key = cfg.data.prompt_key
+    if key != record.prompt_key:
+        raise ConfigError(
+            f"dataset {name!r} keeps its prompts in column {record.prompt_key!r} (set when it "
+            f"was created); data.prompt_key is {key!r}. Set data.prompt_key="
+            f"{record.prompt_key}, or import the data as a new dataset.")
     schema = widen(schema_from_json(record.schema), _extra_info_schema(rows))
     filters: list[RowFilter] = [SchemaFilter(schema, key)]
     if cfg.data.filter_overlong_prompts:

@@ -83,7 +83,7 @@ def import_files(store: Store, name: str, paths: Sequence[str | os.PathLike[str]
     """Create dataset `name` at version 0 from verl-format files."""
     table = read_verl_files(paths, prompt_key)
     sources = [os.path.basename(str(p)) for p in paths]
-    return store.create(name, table, lineage={"imported_from": sources})
+    return store.create(name, table, lineage={"imported_from": sources}, prompt_key=prompt_key)
 
 
 def export_version(store: Store, name: str, out: str | os.PathLike[str],

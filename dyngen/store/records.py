@@ -56,6 +56,7 @@ class VersionRecord:
     rejected: tuple[ShardInfo, ...] = ()
     lineage: dict[str, Any] = field(default_factory=dict)
     format: int = FORMAT_VERSION
+    prompt_key: str = "prompt"  # the column whose normalised text dedup keys (set at create)
 
     def to_json(self) -> str:
         """Serialise to the exact bytes written on disk."""
@@ -99,6 +100,7 @@ class VersionRecord:
                 rejected=tuple(ShardInfo.from_dict(s) for s in data.get("rejected", [])),
                 lineage=_typed(data, "lineage", dict) if "lineage" in data else {},
                 format=_typed(data, "format", int),
+                prompt_key=_typed(data, "prompt_key", str) if "prompt_key" in data else "prompt",
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptionError(f"version record {origin} is malformed: {exc}") from exc

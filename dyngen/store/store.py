@@ -41,7 +41,6 @@ REJECTED_DIR = "rejected"
 VERSIONS_DIR = "_versions"
 _RECORD_NAME = re.compile(r"(\d{20})\.json")
 _SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.(arrow|keys)")
-PROMPT_COLUMN = "prompt"
 REJECTED_SCHEMA = pa.schema([("reason", pa.string()), ("detail", pa.string()),
                              ("row", pa.string())])
 
@@ -61,6 +60,7 @@ class PendingCommit:
     lineage: dict[str, Any] = field(default_factory=dict)
     round_id: str | None = None
     generator: str | None = None
+    prompt_key: str = "prompt"
 
     @property
     def version(self) -> int:
@@ -216,9 +216,9 @@ class Store:
 
     # ---- writing -------------------------------------------------------------------
     def create(self, name: str, rows: sh.Rows, *, idempotency_key: str | None = None,
-               lineage: dict[str, Any] | None = None,
-               generator: str | None = "import") -> VersionRecord:
-        """Commit version 0 of a new dataset from `rows`."""
+               lineage: dict[str, Any] | None = None, generator: str | None = "import",
+               prompt_key: str = "prompt") -> VersionRecord:
+        """Commit version 0 of a new dataset from `rows`, prompts in column `prompt_key`."""
         table = sh.to_table(rows)
         table = sh.with_provenance(table, 0, None, generator)
         # Normalise through HF features so every later shard has the same exact schema.
@@ -231,8 +231,9 @@ class Store:
             )
         pending = PendingCommit(
             dataset=name, parent=None, operation="create", base_shards=(),
-            new_shards=self._write_data(name, table), schema=schema_json,
+            new_shards=self._write_data(name, table, prompt_key), schema=schema_json,
             idempotency_key=idempotency_key, lineage=dict(lineage or {}), generator=generator,
+            prompt_key=prompt_key,
         )
         try:
             return self.commit(pending)
@@ -253,10 +254,10 @@ class Store:
         table = sh.conform(table, schema)
         return PendingCommit(
             dataset=name, parent=head.version, operation="append", base_shards=head.shards,
-            new_shards=self._write_data(name, table),
+            new_shards=self._write_data(name, table, head.prompt_key),
             rejected=self._write_rejected(name, rejected), schema=sh.schema_to_json(schema),
             idempotency_key=idempotency_key, lineage=dict(lineage or {}),
-            round_id=round_id, generator=generator,
+            round_id=round_id, generator=generator, prompt_key=head.prompt_key,
         )
 
     def commit(self, pending: PendingCommit) -> VersionRecord:
@@ -281,7 +282,7 @@ class Store:
             rows=sum(s.rows for s in shard_list), schema=pending.schema,
             created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             idempotency_key=pending.idempotency_key, rejected=pending.rejected,
-            lineage=pending.lineage,
+            lineage=pending.lineage, prompt_key=pending.prompt_key,
         )
         folder = self.dataset_dir(name) / VERSIONS_DIR
         folder.mkdir(parents=True, exist_ok=True)
@@ -327,7 +328,7 @@ class Store:
                     f"dataset {pending.dataset!r} changed schema at version {head.version} in "
                     f"a way these rows do not fit ({exc}); regenerate them against the new head."
                 ) from exc
-            new_shards += self._write_data(pending.dataset, table)
+            new_shards += self._write_data(pending.dataset, table, pending.prompt_key)
             self.abort(replace(pending, new_shards=(info,), rejected=()))
         return replace(pending, parent=head.version, base_shards=head.shards,
                        new_shards=tuple(new_shards), schema=sh.schema_to_json(schema))
@@ -364,7 +365,7 @@ class Store:
             # recovers from a damaged newest record.
             dataset=name, parent=self.head_version(name), operation="restore",
             base_shards=old.shards, schema=old.schema, idempotency_key=idempotency_key,
-            lineage={"restored_from": version},
+            lineage={"restored_from": version}, prompt_key=old.prompt_key,
         )
         return self.commit_with_rebase(pending)
 
@@ -383,8 +384,9 @@ class Store:
         return None
 
     # ---- helpers -------------------------------------------------------------------
-    def _write_data(self, name: str, table: pa.Table) -> tuple[ShardInfo, ...]:
-        return self._write(name, DATA_DIR, table) if len(table) else ()
+    def _write_data(self, name: str, table: pa.Table,
+                    prompt_key: str) -> tuple[ShardInfo, ...]:
+        return self._write(name, DATA_DIR, table, prompt_key) if len(table) else ()
 
     def _write_rejected(self, name: str, rejected: sh.Rows | None) -> tuple[ShardInfo, ...]:
         if rejected is None:
@@ -397,14 +399,15 @@ class Store:
                                       f"{table.column_names}.")
         return self._write(name, REJECTED_DIR, sh.conform(table, REJECTED_SCHEMA))
 
-    def _write(self, name: str, sub: str, table: pa.Table) -> tuple[ShardInfo, ...]:
+    def _write(self, name: str, sub: str, table: pa.Table,
+               prompt_key: str | None = None) -> tuple[ShardInfo, ...]:
         base = self.dataset_dir(name)
         (base / sub).mkdir(parents=True, exist_ok=True)
         stem = f"{sub}/{uuid.uuid4().hex}"
         keys_rel = None
-        if sub == DATA_DIR and PROMPT_COLUMN in table.column_names:
+        if prompt_key is not None and prompt_key in table.column_names:
             keys_rel = f"{stem}.keys"
-            pk.write_keys(pk.prompt_keys(table.column(PROMPT_COLUMN).to_pylist()),
+            pk.write_keys(pk.prompt_keys(table.column(prompt_key).to_pylist()),
                           base / keys_rel)
         info = sh.write_shard(table, base / f"{stem}.arrow")
         crash_point("store.after_shard_write")

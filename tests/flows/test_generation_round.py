@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import datasets
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
@@ -136,6 +137,27 @@ def test_mock_generator_commits_a_version_with_one_duplicate_rejected(store: Sto
     rejected = store.load_rejected("ds")
     assert rejected["reason"] == ["duplicate"]
     assert json.loads(rejected[0]["row"])["extra_info"]["index"] == 0
+
+
+def test_dedup_reads_the_prompt_column_the_dataset_was_imported_with(tmp_path: Path) -> None:
+    from dyngen.verl_format import import_files
+
+    rows = [{("question" if k == "prompt" else k): v for k, v in r.items()}
+            for r in verl_rows(3)]
+    src = tmp_path / "train.parquet"
+    datasets.Dataset.from_list(rows).to_parquet(str(src))
+    store = Store(tmp_path / "store")
+    import_files(store, "q", [str(src)], prompt_key="question")
+    cfg = config(store)
+    cfg["data"].update(prompt_key="question",
+                       datagen={"path": "pkg://generators.base", "name": "MockDataGenerator"})
+    result = generation_round("q", cfg)
+    assert result["counts"] == {"generated": 1, "kept": 0, "rejected": {"duplicate": 1}}
+    cfg["data"]["prompt_key"] = "prompt"
+    state = generation_round("q", cfg, return_state=True)
+    assert state.is_failed()
+    assert "column 'question' (set when it was created); data.prompt_key is 'prompt'" in (
+        state.message)
 
 
 QUARANTINED = {
