@@ -331,6 +331,8 @@ def round_(
     step: Annotated[int | None, typer.Option(help="Training step that triggers the round.")] = None,
     event_id: Annotated[str | None, typer.Option(
         help="Trigger id; a round with an id already committed commits nothing.")] = None,
+    rollouts: Annotated[Path | None, typer.Option(
+        help="The batch's rollouts file (JSONL of prompt and score) for the generator.")] = None,
 ) -> None:
     """Run one generation round now, as a Prefect flow run, and print what it committed."""
     from omegaconf import OmegaConf
@@ -342,7 +344,9 @@ def round_(
     cfg = load_config(config or state.config_path, overrides or [])
     if state.root is not None:
         cfg.store.root = str(state.root)
-    trigger = {k: v for k, v in {"step": step, "event_id": event_id}.items() if v is not None}
+    given = {"step": step, "event_id": event_id,
+             "rollouts": str(rollouts.resolve()) if rollouts else None}
+    trigger = {k: v for k, v in given.items() if v is not None}
     result = generation_round(name, config=OmegaConf.to_container(cfg, resolve=True),
                               trigger=trigger or None)
     counts = result["counts"]

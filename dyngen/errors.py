@@ -74,6 +74,10 @@ class GeneratorImportError(GeneratorError, ImportError):
     """The generator's module exists but raised while being imported."""
 
 
+class MissingDependencyError(GeneratorError, ImportError):
+    """An optional dependency of a generator is not installed."""
+
+
 class GeneratorClassNotFoundError(GeneratorError, AttributeError):
     """The generator's module has no attribute with the configured class name."""
 

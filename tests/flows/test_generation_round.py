@@ -274,8 +274,13 @@ def test_cli_round_runs_a_flow_and_prints_the_commit(store: Store, tmp_path: Pat
     assert "committed 'ds' version 1 (parent 0): 6 rows, kept 2 of 3" in out.output
     again = CliRunner().invoke(app, args)
     assert "already committed as version 1" in again.output
-    bad = CliRunner().invoke(app, [*args[:5], "data.max_prompt_length=abc"])
-    assert bad.exit_code == 2 and "data.max_prompt_length" in bad.output
+    (tmp_path / "batch.jsonl").write_text('{"prompt": "What is 1 + 1?", "score": 0.0}\n')
+    with_rollouts = CliRunner().invoke(app, [*args[:6], "--step", "5", "--rollouts",
+                                             str(tmp_path / "batch.jsonl")])
+    assert with_rollouts.exit_code == 0, with_rollouts.output
+    assert store.head("ds").lineage["trigger"]["rollouts"] == str(tmp_path / "batch.jsonl")
+    bad = CliRunner().invoke(app, [*args[:6], "data.max_prompt_length=abc"])
+    assert bad.exit_code == 2 and "data.max_prompt_length: expected an integer" in bad.output
 
 
 _ROUND_IN_PROCESS = """

