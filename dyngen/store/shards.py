@@ -128,7 +128,6 @@ def widen(schema: pa.Schema, rows: pa.Schema) -> pa.Schema:
         return schema  # a type datasets cannot describe: `conform` names the fields
 
 
-
 def evolves_to(old: pa.Schema, new: pa.Schema) -> bool:
     """Whether rows of schema `old` read as `new` once fields added by `widen` are null."""
     return widen(old, new).equals(new, check_metadata=False)
