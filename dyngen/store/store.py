@@ -252,13 +252,18 @@ class Store:
         table = sh.with_provenance(sh.to_table(rows), head.version + 1, round_id, generator)
         schema = sh.widen(sh.schema_from_json(head.schema), table.schema)
         table = sh.conform(table, schema)
-        return PendingCommit(
+        pending = PendingCommit(
             dataset=name, parent=head.version, operation="append", base_shards=head.shards,
             new_shards=self._write_data(name, table, head.prompt_key),
-            rejected=self._write_rejected(name, rejected), schema=sh.schema_to_json(schema),
-            idempotency_key=idempotency_key, lineage=dict(lineage or {}),
-            round_id=round_id, generator=generator, prompt_key=head.prompt_key,
+            schema=sh.schema_to_json(schema), idempotency_key=idempotency_key,
+            lineage=dict(lineage or {}), round_id=round_id, generator=generator,
+            prompt_key=head.prompt_key,
         )
+        try:
+            return replace(pending, rejected=self._write_rejected(name, rejected))
+        except BaseException:
+            self.abort(pending)  # the data shard just written is never left behind
+            raise
 
     def commit(self, pending: PendingCommit) -> VersionRecord:
         """Create the version record for `pending`, or raise CommitConflictError.

@@ -217,3 +217,12 @@ def test_contains_prompts_finds_stored_prompts_by_normalised_key(store: Store) -
     assert store.contains_prompts("ds", prompt_keys(probes), version=0).tolist() == [
         True, False, False]
     assert store.contains_prompts("ds", np.array([], dtype="<u8")).tolist() == []
+
+
+def test_a_failed_quarantine_write_leaves_no_data_shard_behind(store: Store) -> None:
+    store.create("ds", verl_rows(1))
+    with pytest.raises(SchemaMismatchError, match="rejected rows need a 'reason' column"):
+        store.prepare_append("ds", verl_rows(2, start=1), rejected=[{"row": "{}"}])
+    assert store.head("ds").version == 0
+    assert sorted(p.name for p in (store.root / "ds" / "data").iterdir()) == sorted(
+        f.split("/")[1] for s in store.head("ds").shards for f in s.files)
