@@ -24,7 +24,7 @@ from tasks import generate
 from tasks.concat import concat_rows
 from tasks.filter import filter_generated
 from tasks.load import load_dataset
-from tasks.version import commit_version, publish_lineage
+from tasks.version import commit_version, lineage_published, publish_lineage
 
 
 def _run_name() -> str:
@@ -55,6 +55,9 @@ def generation_round(
         if done is not None:
             logger.info("trigger %s already committed as version %d; nothing to do", key,
                         done.version)
+            if done.version == store.head_version(dataset):
+                # Its round may have been killed after committing, before publishing.
+                _publish(done, store, logger, unless_published=True)
             return summary(done, created=False)
 
         with _timed(timings, "load"):
@@ -87,13 +90,19 @@ def generation_round(
         crash_point("round.after_version")
     logger.info("%s: v%s → v%d, kept %d of %d, rejected %s", dataset, parent.version,
                 record.version, len(outcome.kept), len(rows), outcome.rejected_by_reason)
+    _publish(record, store, logger)
+    crash_point("round.after_lineage")
+    return summary(record, created=True)
+
+
+def _publish(record: Any, store: Store, logger: Any, unless_published: bool = False) -> None:
     try:
-        publish_lineage(record, store.history(dataset))
+        if unless_published and lineage_published(record):
+            return
+        publish_lineage(record, store.history(record.dataset))
     except Exception as exc:  # the version is committed; its record is the source of truth
         logger.warning("version %d is committed, but publishing its lineage to Prefect "
                        "failed: %s", record.version, exc)
-    crash_point("round.after_lineage")
-    return summary(record, created=True)
 
 
 def summary(record: Any, created: bool) -> dict[str, Any]:

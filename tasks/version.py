@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from uuid import UUID
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.assets import add_asset_metadata, materialize
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
 
 from dyngen.round import commit_round
 from dyngen.store import PendingCommit, Store, VersionRecord
@@ -53,6 +60,19 @@ def publish_lineage(record: VersionRecord, history: list[VersionRecord]) -> None
     deps = [] if record.parent is None else [asset_key(record.dataset, record.parent)]
     _materialize.with_options(assets=[asset_key(record.dataset, record.version)],
                               asset_deps=deps)(record)
+
+
+def lineage_published(record: VersionRecord) -> bool:
+    """Whether the run that committed `record` published its round artifact (it may have
+    been killed between the commit and publishing)."""
+    run_id = record.lineage.get("flow_run_id")
+    if not run_id:
+        return True  # committed outside a flow run: nothing was to be published
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[artifact_key(record.dataset, "round")]),
+            flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(str(run_id))])), limit=1)
+    return bool(found)
 
 
 def history_row(rec: VersionRecord) -> dict[str, Any]:

@@ -20,13 +20,19 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterKey,
+    FlowRunFilter,
+    FlowRunFilterTags,
+)
 
 from dyngen.faults import CRASH_ENV, CRASH_POINTS
 from dyngen.store import Store, gc, verify
 from flows import round_guard
 from flows.generation_round import generation_round
 from flows.round_guard import LEASE_SECONDS
+from tasks.version import artifact_key
 from tests.reliability.helpers import (
     Child,
     files_named_by_records,
@@ -187,6 +193,10 @@ def _check_crash_and_rerun(point: str, crash: Crash) -> None:
     assert indices(store, name) == EXPECTED_ROWS  # each row exactly once
     assert store.load_rejected(name)["reason"] == ["duplicate"]
     _assert_dead_round_crashed_and_slot_free(point, name)
+    # The new version's lineage is in Prefect once, whether the killed round got to
+    # publish it (after_lineage), the rerun did (killed after the commit), or the rerun
+    # made the version itself.
+    assert _round_artifacts(name) == [f"{name}: v{OLD} → v{NEW}"]
 
     # gc removes exactly what the crash left; then only recorded files remain.
     assert sorted(gc(store, name, grace_seconds=0)) == sorted(leftovers)
@@ -204,3 +214,10 @@ def _assert_dead_round_crashed_and_slot_free(point: str, name: str) -> None:
     expected_dead = "RUNNING" if point == "round.after_lineage" else "CRASHED"
     assert states == sorted(["COMPLETED", expected_dead])
     assert limit.active_slots == 0
+
+
+def _round_artifacts(name: str) -> list[str]:
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[artifact_key(name, "round")])))
+    return [a.description for a in found]
