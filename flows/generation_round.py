@@ -26,6 +26,10 @@ from tasks.filter import filter_generated
 from tasks.load import load_dataset
 from tasks.version import commit_version, lineage_published, publish_lineage
 
+# The history artifact shows the newest versions (`dyngen log` shows all): each round
+# reads their records, and every record lists all shards of its version.
+HISTORY_ROWS = 100
+
 
 def _run_name() -> str:
     params = flow_run.parameters
@@ -99,7 +103,7 @@ def _publish(record: Any, store: Store, logger: Any, unless_published: bool = Fa
     try:
         if unless_published and lineage_published(record):
             return
-        publish_lineage(record, store.history(record.dataset))
+        publish_lineage(record, store.history(record.dataset, newest=HISTORY_ROWS))
     except Exception as exc:  # the version is committed; its record is the source of truth
         logger.warning("version %d is committed, but publishing its lineage to Prefect "
                        "failed: %s", record.version, exc)

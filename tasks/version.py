@@ -55,7 +55,8 @@ def publish_lineage(record: VersionRecord, history: list[VersionRecord]) -> None
     )
     create_table_artifact(
         key=artifact_key(record.dataset, "history"), table=[history_row(r) for r in history],
-        description=f"{record.dataset}: version history",
+        description=f"{record.dataset}: version history" + (
+            f", newest {len(history)} of {history[-1].version + 1}" if history[0].version else ""),
     )
     deps = [] if record.parent is None else [asset_key(record.dataset, record.parent)]
     _materialize.with_options(assets=[asset_key(record.dataset, record.version)],

@@ -11,6 +11,7 @@ import pytest
 
 from dyngen.errors import (
     CommitConflictError,
+    CorruptionError,
     DatasetExistsError,
     DatasetNotFoundError,
     SchemaMismatchError,
@@ -226,3 +227,25 @@ def test_a_failed_quarantine_write_leaves_no_data_shard_behind(store: Store) -> 
     assert store.head("ds").version == 0
     assert sorted(p.name for p in (store.root / "ds" / "data").iterdir()) == sorted(
         f.split("/")[1] for s in store.head("ds").shards for f in s.files)
+
+
+def test_idempotency_lookup_and_recent_history_read_few_records(store: Store) -> None:
+    store.create("ds", verl_rows(1))
+    for v in range(1, 6):
+        store.append("ds", verl_rows(1, start=v), idempotency_key=f"event:{v}")
+    fresh = Store(store.root)
+    assert fresh.find_idempotency_key("ds", "event:2").version == 2
+    assert fresh.find_idempotency_key("ds", "event:9") is None
+    assert sorted(v for _, v in fresh._records) == [2]  # the others were not parsed
+    assert [r.version for r in fresh.history("ds", newest=2)] == [4, 5]
+    assert [r.version for r in fresh.history("ds")] == [0, 1, 2, 3, 4, 5]
+
+
+def test_idempotency_lookup_still_refuses_a_truncated_record(store: Store) -> None:
+    store.create("ds", verl_rows(1))
+    store.append("ds", verl_rows(1, start=1), idempotency_key="event:1")
+    store.append("ds", verl_rows(1, start=2))
+    path = store.dataset_dir("ds") / "_versions" / f"{1:020d}.json"
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(CorruptionError, match="not valid JSON"):
+        Store(store.root).find_idempotency_key("ds", "event:1")
