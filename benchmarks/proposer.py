@@ -27,19 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-HARD = [
-    ("Tom has 12 apples. He buys 7 more apples. How many apples does Tom have now?", "19"),
-    ("A box holds 24 pencils. How many pencils are in 6 boxes?", "144"),
-    ("Sara had 45 stickers and gave 18 to her friend. How many stickers does she have left?",
-     "27"),
-    ("A baker made 96 cookies and packed them equally into 8 bags. How many cookies are in "
-     "each bag?", "12"),
-    ("There are 15 rows of chairs with 12 chairs in each row. How many chairs are there?",
-     "180"),
-    ("Mike reads 23 pages on Monday and 38 pages on Tuesday. How many pages did he read?", "61"),
-    ("A train travels 60 miles per hour for 4 hours. How far does it travel?", "240"),
-    ("Lisa has 100 dollars. She spends 37 dollars on a book. How much money is left?", "63"),
-]
+from tests.generators.proposer_tasks import HARD  # noqa: E402  (the eight hard tasks)
 
 _LOAD = r"""
 import json, sys, time

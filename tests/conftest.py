@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import UNUSED_API
+
 # Prefect reads its settings when first imported: point it at a throwaway home (never
 # ~/.prefect), keep it offline and quiet, and give a fresh SQLite database time to start.
 _PREFECT_HOME = tempfile.mkdtemp(prefix="dyngen-prefect-home-")
@@ -57,3 +59,15 @@ def prefect_server() -> Iterator[None]:
 
 # verl is optional: tests/verl runs in .venv-verl (scripts/test-verl.sh), never skipped.
 collect_ignore_glob = [] if importlib.util.find_spec("verl") else ["verl/*"]
+
+
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Prefect pointed at a port where no server listens; the outage not yet reported."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import dyngen.events as events
+
+    monkeypatch.setattr(events, "_server_down", False)
+    with temporary_settings(updates={PREFECT_API_URL: UNUSED_API}):
+        yield

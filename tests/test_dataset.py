@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ from dyngen.dataset import DyngenDataset
 from dyngen.errors import ConfigError, DatasetNotFoundError
 from dyngen.store import Store
 from tests.rows import verl_rows
-
-UNUSED_API = "http://127.0.0.1:9/api"  # the discard port: nothing listens there
+from tests.support import UNUSED_API
 
 
 @pytest.fixture
@@ -23,16 +21,6 @@ def store(tmp_path: Path) -> Store:
     store = Store(tmp_path / "store")
     store.create("ds", verl_rows(4))
     return store
-
-
-@pytest.fixture
-def no_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Prefect pointed at a port where no server listens; the outage not yet reported."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    monkeypatch.setattr(events, "_server_down", False)
-    with temporary_settings(updates={PREFECT_API_URL: UNUSED_API}):
-        yield
 
 
 def shard_files(ds: DyngenDataset) -> list[str]:

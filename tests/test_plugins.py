@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from dyngen.errors import (
     GeneratorTypeError,
 )
 from dyngen.plugins import MODULE_PREFIX, load_class
+from tests.support import write
 
 KEY = "round.filters[0]"
 
@@ -50,13 +50,6 @@ class NotAFilter:
 def load(path: str | Path, name: str) -> type[KeepDropFilter]:
     """load_class as a filter entry would call it."""
     return load_class(str(path), name, KeepDropFilter, key=KEY, kind="filter")
-
-
-def write(path: Path, source: str) -> Path:
-    """Write dedented Python source to ``path``, creating its directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 @pytest.fixture

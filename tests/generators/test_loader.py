@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from dyngen.errors import (
 from generators import AbstractDataGenerator, MockDataGenerator, build_generator
 from generators import load_generator_class as load
 from tests.generators.contract import make_seed_dataset
+from tests.support import write
 
 BASE = "generators.base.AbstractDataGenerator"
 
@@ -36,13 +36,6 @@ class HelperNotAGenerator:
 
 NOT_A_CLASS = 42
 """
-
-
-def write(path: Path, source: str) -> Path:
-    """Write dedented Python source to ``path``, creating its directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,9 @@ import dyngen.events as events
 from dyngen.store import Store, gc
 from dyngen.verl_dataset import VerlDyngenDataset
 from tests.rows import verl_row, verl_rows
+from tests.support import UNUSED_API
 
 NAME = "gsm8k-dyn"
-UNUSED_API = "http://127.0.0.1:9/api"  # the discard port: nothing listens there
 LONG = "word " * 400  # far over max_prompt_length in Qwen3 tokens
 
 
@@ -89,15 +88,6 @@ def scored(batch: DataProto, scores: list[float], step: int) -> DataProto:
     batch.non_tensor_batch["acc"] = np.array([s > 0.5 for s in scores], dtype=object)
     batch.meta_info["global_steps"] = step
     return batch
-
-
-@pytest.fixture
-def no_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    monkeypatch.setattr(events, "_server_down", False)
-    with temporary_settings(updates={PREFECT_API_URL: UNUSED_API}):
-        yield
 
 
 def test_only_dyngen_verl_dataset_imports_verl() -> None:
