@@ -338,12 +338,14 @@ def round_(
     from omegaconf import OmegaConf
 
     from dyngen.config import load_config
+    from dyngen.local_server import ensure_prefect_api
     from flows.generation_round import generation_round
 
     state = _state(ctx)
     cfg = load_config(config or state.config_path, overrides or [])
     if state.root is not None:
         cfg.store.root = str(state.root)
+    ensure_prefect_api()  # a temporary server, if any, starts now, patiently and announced
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts.resolve()) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}

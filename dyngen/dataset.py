@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from dyngen.config import load_config
 from dyngen.errors import ConfigError
 from dyngen.events import batch_end_payload, emit_batch_end
+from dyngen.local_server import ensure_prefect_api
 from dyngen.store import Store, VersionRecord
 
 Mode = Literal["emit", "inline"]
@@ -142,6 +143,7 @@ class DyngenDataset:
 
         trigger = batch_end_payload(step, metrics, rollouts)["trigger"]
         try:
+            ensure_prefect_api()  # without PREFECT_API_URL: a temporary server, started once
             return generation_round(self.name, config=self.round_config, trigger=trigger)
         except Exception:
             logger.exception("dyngen: the inline generation round of %r at step %s failed; "

@@ -92,3 +92,7 @@ class GeneratorOutputError(GeneratorError, TypeError):
 
 class TriggerError(DyngenError, ValueError):
     """A round's trigger (event payload) is malformed, mistyped or too large."""
+
+
+class PrefectServerError(DyngenError, RuntimeError):
+    """The Prefect server a command needs could not be started or reached."""

@@ -17,10 +17,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 
+from dyngen.errors import ConfigError, PrefectServerError
+
 START_TIMEOUT_SECONDS = 180.0
+# Prefect's temporary server creates its SQLite database on the first start in a new
+# PREFECT_HOME: ~116 migrations, 9 s on a loaded 2-core machine, past Prefect's default
+# 20 s start-up budget together with the server's own import. dyngen waits this long.
+TEMPORARY_SERVER_TIMEOUT_ENV = "DYNGEN_SERVER_START_TIMEOUT"
+TEMPORARY_SERVER_TIMEOUT_SECONDS = 300.0
 
 
 def free_port() -> int:
@@ -113,6 +121,73 @@ def wait_for_automation(api_url: str, name: str, timeout: float = 120.0,
         time.sleep(0.5)
     raise TimeoutError(f"the automation {name!r} did not appear on {api_url} within "
                        f"{timeout:.0f} s; is `dyngen serve` running? See its log.")
+
+
+def ensure_prefect_api(out: TextIO | None = None) -> str | None:
+    """The Prefect API this process will use; without PREFECT_API_URL, start Prefect's
+    temporary server now, with a patient timeout, saying on `out` (stderr) what it waits for.
+
+    Returns the API address, or None when Prefect has no API and may not start one (its
+    own error then says to set PREFECT_API_URL).
+    """
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL, get_current_settings
+
+    if PREFECT_API_URL.value():
+        return str(PREFECT_API_URL.value())
+    settings = get_current_settings()
+    if not settings.server.ephemeral.enabled:
+        return None
+    # The instance Prefect's own clients use for the run (one per process).
+    server = SubprocessASGIServer()
+    if server.running:
+        return server.api_url
+    timeout = max(float(settings.server.ephemeral.startup_timeout_seconds),
+                  temporary_server_timeout())
+    out = out or sys.stderr
+    url = settings.server.database.connection_url
+    database = _sqlite_file(url.get_secret_value() if url is not None else "")
+    first = database is not None and not database.exists()
+    why = (f"the first start in this PREFECT_HOME creates its database {database}, which "
+           "can take a minute on a slow machine" if first else "this takes a few seconds")
+    print(f"PREFECT_API_URL is not set: starting a temporary Prefect server for this run; "
+          f"{why} (waiting up to {timeout:.0f} s)…", file=out, flush=True)
+    started = time.monotonic()
+    try:
+        server.start(timeout=int(timeout))
+    except Exception as exc:
+        raise PrefectServerError(
+            f"the temporary Prefect server did not start within {timeout:.0f} s "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}). Start one "
+            f"with `prefect server start` and set PREFECT_API_URL to it, or give it more time "
+            f"with {TEMPORARY_SERVER_TIMEOUT_ENV}=<seconds>.") from exc
+    print(f"  temporary Prefect server up at {server.api_url} after "
+          f"{time.monotonic() - started:.0f} s", file=out, flush=True)
+    return server.api_url
+
+
+def temporary_server_timeout() -> float:
+    """Seconds to wait for a temporary Prefect server: $DYNGEN_SERVER_START_TIMEOUT or 300."""
+    raw = os.environ.get(TEMPORARY_SERVER_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return TEMPORARY_SERVER_TIMEOUT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ConfigError(f"{TEMPORARY_SERVER_TIMEOUT_ENV}: expected a number of seconds > 0, "
+                          f"found {raw!r}. Unset it to wait the default "
+                          f"{TEMPORARY_SERVER_TIMEOUT_SECONDS:.0f} s.")
+    return value
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite connection URL, else None."""
+    prefix, sep, path = url.partition(":///")
+    if not sep or not prefix.startswith("sqlite") or path.startswith(":memory:"):
+        return None
+    return Path(path.split("?", 1)[0])
 
 
 @dataclass

@@ -1,0 +1,68 @@
+"""Rounds without PREFECT_API_URL start Prefect's temporary server on a fresh PREFECT_HOME.
+
+A fresh home's first server start creates its SQLite database (~116 migrations), which
+on a slow machine outlasts Prefect's own start-up budget (20 s by default). Each test sets
+that budget to 1 s, so it stands for a machine too slow for Prefect's default: without
+dyngen's patient start the first round fails with Prefect's "Timed out while attempting
+to connect to ephemeral Prefect API server".
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dyngen.store import Store
+from tests.rows import verl_rows
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fresh_home_env(home: Path) -> dict[str, str]:
+    """No server configured, a new PREFECT_HOME, Prefect's start-up budget too short."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_HOME": str(home),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"}
+    env.pop("PREFECT_API_URL", None)
+    return env
+
+
+def test_first_round_on_a_fresh_prefect_home_commits(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.create("fresh", verl_rows(4))
+    home = tmp_path / "prefect-home"
+    out = subprocess.run([sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "round",
+                          "fresh", "--step", "1"], env=fresh_home_env(home), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "committed 'fresh' version 1" in out.stdout
+    # stderr says what the wait is for, before the wait
+    assert "starting a temporary Prefect server" in out.stderr
+    assert f"creates its database {home / 'prefect.db'}" in out.stderr
+    assert Store(store.root).head("fresh").lineage["trigger"]["step"] == 1
+
+
+INLINE_TRAINER = """
+import sys
+from dyngen.dataset import DyngenDataset
+data = DyngenDataset(sys.argv[1], "fresh", mode="inline")
+summary = data.on_batch_end(step=7)
+print("round:", summary)
+print("version:", data.version)
+"""
+
+
+def test_first_inline_round_in_a_trainer_on_a_fresh_prefect_home_commits(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store")
+    store.create("fresh", verl_rows(4))
+    out = subprocess.run([sys.executable, "-c", INLINE_TRAINER, str(store.root)],
+                         env=fresh_home_env(tmp_path / "prefect-home"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "version: 1" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert "starting a temporary Prefect server" in out.stderr
+    assert Store(store.root).head("fresh").lineage["trigger"]["step"] == 7
