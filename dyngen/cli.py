@@ -24,6 +24,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from dyngen.errors import DatasetNotFoundError, DyngenError
+from dyngen.progress import progress_bar
 from dyngen.store import Store, VersionRecord, gc, verify
 from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
 from dyngen.verl_format import export_version, import_files
@@ -160,7 +161,8 @@ def import_(
 ) -> None:
     """Create a dataset at version 0 from verl-format files."""
     state = _state(ctx)
-    rec = import_files(state.store(), name, files, prompt_key=prompt_key)
+    with progress_bar() as bar:
+        rec = import_files(state.store(), name, files, prompt_key=prompt_key, progress=bar)
     state.out.print(f"imported {rec.rows} rows from {len(files)} file(s) into {name!r} "
                     f"as version {rec.version}")
 
@@ -253,7 +255,9 @@ def export(
     state = _state(ctx)
     store = state.store()
     rec = store.head(name) if version is None else store.record(name, version)
-    path = export_version(store, name, out, version=rec.version, with_provenance=with_provenance)
+    with progress_bar() as bar:
+        path = export_version(store, name, out, version=rec.version,
+                              with_provenance=with_provenance, progress=bar)
     state.out.print(f"exported {rec.rows} rows of {name!r} version {rec.version} to {path}",
                     markup=False)
 
@@ -278,7 +282,8 @@ def verify_(
             # A typo is a user error (exit 2), not damage (exit 1).
             raise DatasetNotFoundError(
                 f"dataset {dataset!r} does not exist; `dyngen datasets` lists them.")
-        problems = verify(store, dataset)
+        with progress_bar() as bar:
+            problems = verify(store, dataset, progress=bar)
         damaged = damaged or bool(problems)
         for problem in problems:
             state.out.print(f"{dataset}: {problem}", style="red", markup=False, soft_wrap=True)

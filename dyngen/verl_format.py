@@ -11,17 +11,22 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from dyngen.errors import ImportFormatError
+from dyngen.progress import QUIET, Bar
 from dyngen.store import PROVENANCE_COLUMNS, Store, VersionRecord
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+EXPORT_ROW_GROUP = 128 * 1024  # rows per row group: parquet readers' usual size
 
 
-def read_verl_files(paths: Sequence[str | os.PathLike[str]],
-                    prompt_key: str = "prompt") -> pa.Table:
+def read_verl_files(paths: Sequence[str | os.PathLike[str]], prompt_key: str = "prompt",
+                    progress: Bar = QUIET) -> pa.Table:
     """Read verl-format .parquet / .jsonl files into one table, checking the row schema."""
     if not paths:
         raise ImportFormatError("no input files given; pass one or more .parquet or .jsonl files.")
-    tables = [_read_one(Path(p), prompt_key) for p in paths]
+    sizes = [_size(Path(p)) for p in paths]
+    progress.stage(f"reading {len(paths)} file(s)", sum(sizes) or None, "bytes")
+    tables = [_read_one(Path(p), prompt_key, size, progress) for p, size in zip(paths, sizes,
+                                                                                  strict=True)]
     try:
         return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -31,15 +36,23 @@ def read_verl_files(paths: Sequence[str | os.PathLike[str]],
         ) from exc
 
 
-def _read_one(path: Path, prompt_key: str) -> pa.Table:
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # _read_one says what is wrong with it
+
+
+def _read_one(path: Path, prompt_key: str, size: int, progress: Bar) -> pa.Table:
     if not path.is_file():
         raise ImportFormatError(f"input file {path} does not exist.")
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
-            table = pq.read_table(path)
+            table = _read_parquet(path, size, progress)
         elif suffix in (".jsonl", ".json"):
             table = pj.read_json(path)
+            progress.advance(size)
         else:
             raise ImportFormatError(
                 f"input file {path}: expected a .parquet or .jsonl file, found {suffix or 'no'} "
@@ -64,6 +77,21 @@ def _read_one(path: Path, prompt_key: str) -> pa.Table:
     return table
 
 
+def _read_parquet(path: Path, size: int, progress: Bar) -> pa.Table:
+    """The file's table, read one row group at a time so a large file shows progress."""
+    parquet = pq.ParquetFile(path)
+    groups = parquet.metadata.num_row_groups
+    if groups <= 1:
+        table = parquet.read()
+        progress.advance(size)
+        return table
+    parts = []
+    for i in range(groups):
+        parts.append(parquet.read_row_group(i))
+        progress.advance(size / groups)
+    return pa.concat_tables(parts)
+
+
 def _check_prompt_type(path: Path, key: str, kind: pa.DataType) -> None:
     ok = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_struct(
         kind.value_type
@@ -79,22 +107,37 @@ def _check_prompt_type(path: Path, key: str, kind: pa.DataType) -> None:
 
 
 def import_files(store: Store, name: str, paths: Sequence[str | os.PathLike[str]],
-                 prompt_key: str = "prompt") -> VersionRecord:
+                 prompt_key: str = "prompt", progress: Bar = QUIET) -> VersionRecord:
     """Create dataset `name` at version 0 from verl-format files."""
-    table = read_verl_files(paths, prompt_key)
+    table = read_verl_files(paths, prompt_key, progress)
     sources = [os.path.basename(str(p)) for p in paths]
-    return store.create(name, table, lineage={"imported_from": sources}, prompt_key=prompt_key)
+    return store.create(name, table, lineage={"imported_from": sources}, prompt_key=prompt_key,
+                        progress=progress)
 
 
 def export_version(store: Store, name: str, out: str | os.PathLike[str],
-                   version: int | None = None, with_provenance: bool = False) -> Path:
+                   version: int | None = None, with_provenance: bool = False,
+                   progress: Bar = QUIET) -> Path:
     """Write one version as a single parquet file that verl's `data.train_files` reads."""
+    progress.stage(f"loading {name} " + ("head" if version is None else f"v{version}") +
+                   " (checksums)")
     table = store.load(name, version).with_format("arrow")[:]
     if not with_provenance:
         table = table.drop_columns([c for c in PROVENANCE_COLUMNS if c in table.column_names])
+    table = table.replace_schema_metadata(None)
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}.tmp")
-    pq.write_table(table.replace_schema_metadata(None), tmp)
-    os.replace(tmp, out_path)
+    progress.stage(f"writing {out_path.name}", len(table), "rows")
+    try:
+        with pq.ParquetWriter(tmp, table.schema) as writer:
+            # Slices of EXPORT_ROW_GROUP rows: each is one row group and one progress step.
+            for start in range(0, max(len(table), 1), EXPORT_ROW_GROUP):
+                part = table.slice(start, EXPORT_ROW_GROUP)
+                writer.write_table(part)
+                progress.advance(len(part))
+        os.replace(tmp, out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return out_path

@@ -16,7 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from dyngen.progress import QUIET, Bar
+
 KEY_DTYPE = np.dtype("<u8")
+CHUNK_ROWS = 20_000  # hashing runs ~50k prompts/s: a progress step every fraction of a second
 
 
 def normalise_prompt(prompt: Any) -> str:
@@ -44,9 +47,15 @@ def prompt_key(prompt: Any) -> int:
     return int.from_bytes(digest, "little")
 
 
-def prompt_keys(prompts: list[Any]) -> np.ndarray:
-    """Keys of many prompts, in order."""
-    return np.fromiter((prompt_key(p) for p in prompts), dtype=KEY_DTYPE, count=len(prompts))
+def prompt_keys(prompts: list[Any], progress: Bar = QUIET) -> np.ndarray:
+    """Keys of many prompts, in order, reporting each chunk of `CHUNK_ROWS` to `progress`."""
+    keys = np.empty(len(prompts), dtype=KEY_DTYPE)
+    for start in range(0, len(prompts), CHUNK_ROWS):
+        chunk = prompts[start:start + CHUNK_ROWS]
+        keys[start:start + len(chunk)] = np.fromiter((prompt_key(p) for p in chunk),
+                                                     dtype=KEY_DTYPE, count=len(chunk))
+        progress.advance(len(chunk))
+    return keys
 
 
 def write_keys(keys: np.ndarray, path: Path) -> None:

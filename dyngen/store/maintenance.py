@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from dyngen.errors import CorruptionError, StoreError
+from dyngen.progress import QUIET, Bar
 from dyngen.store import shards as sh
 from dyngen.store.records import ShardInfo, VersionRecord
 from dyngen.store.store import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA, VERSIONS_DIR, Store
@@ -30,7 +31,7 @@ class Problem:
         return f"[{where}] {self.path}: {self.message}"
 
 
-def verify(store: Store, name: str) -> list[Problem]:
+def verify(store: Store, name: str, progress: Bar = QUIET) -> list[Problem]:
     """Check every record and every shard it names; return all problems (empty = healthy)."""
     folder = store.dataset_dir(name) / VERSIONS_DIR
     problems: list[Problem] = []
@@ -42,7 +43,9 @@ def verify(store: Store, name: str) -> list[Problem]:
         missing = sorted(set(range(numbers[-1] + 1)) - set(numbers))
         problems.append(Problem(None, VERSIONS_DIR, f"versions missing from the log: {missing}"))
     checked: dict[str, str | None] = {}
+    progress.stage(f"verifying {name}", len(numbers), "versions")
     for n in numbers:
+        progress.advance()
         try:
             rec = fresh.record(name, n)
         except StoreError as exc:

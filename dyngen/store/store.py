@@ -32,6 +32,7 @@ from dyngen.errors import (
     VersionNotFoundError,
 )
 from dyngen.faults import crash_point
+from dyngen.progress import QUIET, Bar
 from dyngen.store import keys as pk
 from dyngen.store import shards as sh
 from dyngen.store.names import validate_name
@@ -218,7 +219,7 @@ class Store:
     # ---- writing -------------------------------------------------------------------
     def create(self, name: str, rows: sh.Rows, *, idempotency_key: str | None = None,
                lineage: dict[str, Any] | None = None, generator: str | None = "import",
-               prompt_key: str = "prompt") -> VersionRecord:
+               prompt_key: str = "prompt", progress: Bar = QUIET) -> VersionRecord:
         """Commit version 0 of a new dataset from `rows`, prompts in column `prompt_key`."""
         table = sh.to_table(rows)
         table = sh.with_provenance(table, 0, None, generator)
@@ -232,7 +233,7 @@ class Store:
             )
         pending = PendingCommit(
             dataset=name, parent=None, operation="create", base_shards=(),
-            new_shards=self._write_data(name, table, prompt_key), schema=schema_json,
+            new_shards=self._write_data(name, table, prompt_key, progress), schema=schema_json,
             idempotency_key=idempotency_key, lineage=dict(lineage or {}), generator=generator,
             prompt_key=prompt_key,
         )
@@ -403,9 +404,9 @@ class Store:
         return None
 
     # ---- helpers -------------------------------------------------------------------
-    def _write_data(self, name: str, table: pa.Table,
-                    prompt_key: str) -> tuple[ShardInfo, ...]:
-        return self._write(name, DATA_DIR, table, prompt_key) if len(table) else ()
+    def _write_data(self, name: str, table: pa.Table, prompt_key: str,
+                    progress: Bar = QUIET) -> tuple[ShardInfo, ...]:
+        return self._write(name, DATA_DIR, table, prompt_key, progress) if len(table) else ()
 
     def _write_rejected(self, name: str, rejected: sh.Rows | None) -> tuple[ShardInfo, ...]:
         if rejected is None:
@@ -418,16 +419,18 @@ class Store:
                                       f"{table.column_names}.")
         return self._write(name, REJECTED_DIR, sh.conform(table, REJECTED_SCHEMA))
 
-    def _write(self, name: str, sub: str, table: pa.Table,
-               prompt_key: str | None = None) -> tuple[ShardInfo, ...]:
+    def _write(self, name: str, sub: str, table: pa.Table, prompt_key: str | None = None,
+               progress: Bar = QUIET) -> tuple[ShardInfo, ...]:
         base = self.dataset_dir(name)
         (base / sub).mkdir(parents=True, exist_ok=True)
         stem = f"{sub}/{uuid.uuid4().hex}"
         keys_rel = None
         if prompt_key is not None and prompt_key in table.column_names:
             keys_rel = f"{stem}.keys"
-            pk.write_keys(pk.prompt_keys(table.column(prompt_key).to_pylist()),
+            progress.stage("hashing prompts for dedup", len(table), "rows")
+            pk.write_keys(pk.prompt_keys(table.column(prompt_key).to_pylist(), progress),
                           base / keys_rel)
+        progress.stage(f"writing {len(table):,} rows as a shard")
         info = sh.write_shard(table, base / f"{stem}.arrow")
         crash_point("store.after_shard_write")
         return (replace(info, path=f"{stem}.arrow", keys=keys_rel),)
