@@ -27,6 +27,7 @@ from dyngen.errors import DatasetNotFoundError, DyngenError
 from dyngen.progress import progress_bar
 from dyngen.store import Store, VersionRecord, gc, verify
 from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
+from dyngen.text import clip, parse_json, prompt_text
 from dyngen.verl_format import export_version, import_files
 
 EXIT_PROBLEMS = 1
@@ -215,7 +216,7 @@ def show(
     rows = ds.select(range(offset, stop)).to_list() if offset < stop else []
     if rejected:
         for row in rows:
-            row["row"] = _parse_json(row.get("row"))
+            row["row"] = parse_json(row.get("row"))
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row, ensure_ascii=False, default=str))
@@ -231,15 +232,15 @@ def show(
         table = _table(title, "#", "reason", "detail", "prompt")
         for i, row in enumerate(rows, offset):
             original = row["row"] if isinstance(row["row"], dict) else {}
-            _add_row(table, str(i), row.get("reason") or "", _clip(row.get("detail") or "", 60),
-                          _prompt_text(original.get(prompt_key, original.get("prompt"))))
+            _add_row(table, str(i), row.get("reason") or "", clip(row.get("detail") or "", 60),
+                          prompt_text(original.get(prompt_key, original.get("prompt"))))
     else:
         table = _table(title, "#", "added in", "round", "generator", "source", "prompt")
         for i, row in enumerate(rows, offset):
             _add_row(table, str(i), f"v{row.get(VERSION_COLUMN)}",
                           _short(row.get(ROUND_COLUMN)), row.get(GENERATOR_COLUMN) or "-",
                           str(row.get("data_source", "")),
-                          _prompt_text(row.get(prompt_key, row.get("prompt"))))
+                          prompt_text(row.get(prompt_key, row.get("prompt"))))
     state.out.print(table)
 
 
@@ -295,6 +296,23 @@ def verify_(
                             f"{head.rows} rows", markup=False)
     if damaged:
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+@app.command("report")
+def report(
+    ctx: typer.Context, name: Name,
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")]
+    = Path("report.html"),
+    newest: Annotated[int, typer.Option(
+        min=0, help="Draw the newest N versions (0: all).")] = 1000,
+) -> None:
+    """Write the dataset's history as one self-contained HTML page of charts."""
+    from dyngen.report import write_report
+
+    state = _state(ctx)
+    with progress_bar() as bar:
+        path = write_report(state.store(), name, out, newest=newest, progress=bar)
+    state.out.print(f"wrote the report of {name!r} to {path.resolve()}", markup=False)
 
 
 @app.command("restore")
@@ -454,7 +472,7 @@ def datasets_(ctx: typer.Context) -> None:
             head = store.head(dataset)
         except DyngenError as exc:
             table.add_row(Text(dataset), Text("damaged", style="red"), "",
-                          Text(_clip(str(exc), 60)))
+                          Text(clip(str(exc), 60)))
             continue
         _add_row(table, dataset, f"v{head.version}", str(head.rows),
                  head.created_at[:19].replace("T", " "))
@@ -509,27 +527,6 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def _short(value: Any, n: int = 8) -> str:
     return "-" if value is None else str(value)[:n]
-
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _prompt_text(prompt: Any, n: int = 70) -> str:
-    """The last user message of a chat prompt, on one line and truncated."""
-    if isinstance(prompt, list):
-        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-        last = users[-1] if users else (prompt[-1] if prompt else {})
-        prompt = last.get("content", "") if isinstance(last, dict) else last
-    return _clip("" if prompt is None else str(prompt), n)
-
-
-def _parse_json(text: Any) -> Any:
-    try:
-        return json.loads(text) if isinstance(text, str) else text
-    except json.JSONDecodeError:
-        return text
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ It starts a local Prefect server (SQLite under the demo folder, 127.0.0.1 only),
 the generation round with its batch-end trigger, seeds a small verl-format dataset,
 runs a simulated training loop that emits batch-end events with metrics, waits for
 each triggered round to commit, prints the history with lineage and the UI address,
-then stops everything it started, by PID (unless --keep-server).
+writes the history's report (report.html in the demo folder) and prints its path, then
+stops everything it started, by PID (unless --keep-server).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rich.console import Console
 
 from dyngen.events import emit_batch_end, trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.report import write_report
 from dyngen.store import Store, VersionRecord, verify
 from dyngen.verl_format import import_files
 from generators.arithmetic import arithmetic_task
@@ -116,6 +118,9 @@ def run_demo(workdir: Path, console: Console, *, batches: int = 3,
         console.print("verify: ok" if not problems else f"verify: {problems}")
         console.print(f"Prefect UI: {server.ui_url} (flow runs, artifacts "
                       f"dyngen-{DATASET}-round / -history)")
+        report = write_report(store, DATASET, workdir / "report.html")
+        console.print(f"report: {report} (charts of the history; open it in a browser)",
+                      markup=False, soft_wrap=True)
         if keep_server:
             pid = server.process.pid if server.process else "?"
             console.print(f"--keep-server: server PID {pid}, serve PID {serve.pid}; stop each "

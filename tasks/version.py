@@ -17,6 +17,8 @@ from prefect.client.schemas.filters import (
     ArtifactFilterKey,
 )
 
+from dyngen.report.history import history_of
+from dyngen.report.trend import trend_markdown
 from dyngen.round import commit_round
 from dyngen.store import PendingCommit, Store, VersionRecord
 
@@ -49,8 +51,9 @@ def _materialize(record: VersionRecord) -> None:
 @task(name="publish-lineage", cache_policy=NO_CACHE)
 def publish_lineage(record: VersionRecord, history: list[VersionRecord]) -> None:
     """Markdown + history table artifacts under stable keys, and the version's asset."""
+    markdown = round_markdown(record) + "\n" + trend_markdown(history_of(history))
     create_markdown_artifact(
-        key=artifact_key(record.dataset, "round"), markdown=round_markdown(record),
+        key=artifact_key(record.dataset, "round"), markdown=markdown,
         description=f"{record.dataset}: v{record.parent} → v{record.version}",
     )
     create_table_artifact(

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dyngen.store import Store, verify
+from tests.browser import render, screenshot
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,14 +31,22 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
-def test_demo_grows_the_dataset_through_served_rounds_and_leaves_nothing_running(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The demo run once, as the README runs it: its folder and its output."""
+    tmp_path = tmp_path_factory.mktemp("demo-run")
     workdir = tmp_path / "demo"
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
     env.pop("PREFECT_API_URL", None)
     out = subprocess.run([sys.executable, "-m", "dyngen.cli", "demo", "--workdir", str(workdir)],
                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    return workdir, out
+
+
+def test_demo_grows_the_dataset_through_served_rounds_and_leaves_nothing_running(
+    demo: tuple[Path, subprocess.CompletedProcess],
+) -> None:
+    workdir, out = demo
     assert out.returncode == 0, out.stdout + out.stderr
     store = Store(workdir / "store")
     history = store.history("arith-demo")
@@ -52,3 +64,22 @@ def test_demo_grows_the_dataset_through_served_rounds_and_leaves_nothing_running
     assert verify(store, "arith-demo") == []
     assert "Prefect UI: http://127.0.0.1:" in out.stdout
     assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"
+
+
+def test_the_demos_report_renders_in_a_browser_with_its_charts(
+    demo: tuple[Path, subprocess.CompletedProcess], tmp_path: Path,
+) -> None:
+    workdir, out = demo
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = workdir / "report.html"
+    assert f"report: {report}" in out.stdout  # the demo's last words name the page
+    # no network at view time: every host name fails to resolve in this browser
+    offline = ("--host-resolver-rules=MAP * ~NOTFOUND",)
+    dom = render(report.as_uri(), tmp_path / "r", ["arith-demo"], flags=offline)
+    charts = dict(re.findall(r'<figure class="chart" data-chart="(\w+)"><svg[^>]*>(.*?)</svg>',
+                             dom, flags=re.S))
+    assert sorted(charts) == ["counts", "metrics", "rows", "state", "timings"], dom[:3000]
+    assert all("<path" in svg for svg in charts.values())  # each chart drew something
+    assert ">score<" in charts["metrics"] and ">level<" in charts["state"]
+    shot = screenshot(report.as_uri(), tmp_path / "s", "demo-report.png", size="1200,2600")
+    assert shot.stat().st_size > 50_000  # a page of charts, not a blank one

@@ -162,10 +162,13 @@ class Store:
         rec = self.head(name) if version is None else self.record(name, version)
         return self._open(name, rec, rec.shards, verify_checksums)
 
-    def load_rejected(self, name: str, version: int | None = None) -> datasets.Dataset:
-        """Quarantined rows of every round up to `version`, with their reasons."""
+    def load_rejected(self, name: str, version: int | None = None, *,
+                      round_only: bool = False) -> datasets.Dataset:
+        """Quarantined rows of every round up to `version` (or, with `round_only`, of the
+        round that made it), with their reasons."""
         head = self.head(name) if version is None else self.record(name, version)
-        recs = [self.record(name, v) for v in self.versions(name) if v <= head.version]
+        recs = [head] if round_only else [self.record(name, v) for v in self.versions(name)
+                                          if v <= head.version]
         infos = tuple(s for r in recs for s in r.rejected)
         return self._open(name, head, infos, True, schema=REJECTED_SCHEMA)
 

@@ -1,0 +1,148 @@
+"""What the report draws, read from version records' lineage (free-form: read leniently).
+
+A round's lineage holds `counts` (generated, kept, rejected by reason), `trigger` (step,
+metrics), `generator` (class, `state`) and `timings` (seconds per stage). Versions made
+otherwise (import, restore, a plain `Store.append`) have rows but no round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dyngen.store import VersionRecord
+
+MAX_SERIES = 8  # metrics or state fields per chart: more would be unreadable
+
+
+@dataclass(frozen=True)
+class RoundPoint:
+    """One generation round, as the charts need it."""
+
+    version: int
+    step: int | None
+    generated: int
+    kept: int
+    rejected: dict[str, int]
+    metrics: dict[str, float]
+    state: dict[str, float]
+    timings: dict[str, float]
+    generator: str
+
+
+@dataclass
+class History:
+    """A window of a dataset's history, oldest first."""
+
+    dataset: str
+    total_versions: int  # in the whole dataset, not only the window
+    versions: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    operations: list[str] = field(default_factory=list)
+    rounds: list[RoundPoint] = field(default_factory=list)
+
+    @property
+    def first_version(self) -> int:
+        """The oldest version in the window."""
+        return self.versions[0] if self.versions else 0
+
+    def reasons(self) -> list[str]:
+        """Reject reasons, most frequent first."""
+        total: Counter[str] = Counter()
+        for r in self.rounds:
+            total.update(r.rejected)
+        return [reason for reason, _ in total.most_common()]
+
+    def metric_names(self) -> list[str]:
+        """Trigger metrics, most often reported first, at most MAX_SERIES."""
+        return _most_common(r.metrics for r in self.rounds)
+
+    def state_names(self) -> list[str]:
+        """Numeric generator-state fields, most often recorded first, at most MAX_SERIES."""
+        return _most_common(r.state for r in self.rounds)
+
+    def stage_names(self) -> list[str]:
+        """Timed stages in the order rounds recorded them."""
+        seen: dict[str, None] = {}
+        for r in self.rounds:
+            seen.update(dict.fromkeys(r.timings))
+        return list(seen)
+
+
+def history_of(records: Sequence[VersionRecord], total_versions: int | None = None) -> History:
+    """The report's view of `records` (oldest first)."""
+    dataset = records[0].dataset if records else ""
+    total = total_versions if total_versions is not None else (
+        records[-1].version + 1 if records else 0)
+    out = History(dataset, total)
+    for rec in records:
+        out.versions.append(rec.version)
+        out.rows.append(rec.rows)
+        out.operations.append(rec.operation)
+        point = round_point(rec)
+        if point is not None:
+            out.rounds.append(point)
+    return out
+
+
+def round_point(rec: VersionRecord) -> RoundPoint | None:
+    """The round that made `rec`, or None if it was not made by a generation round."""
+    lineage = rec.lineage if isinstance(rec.lineage, Mapping) else {}
+    counts = lineage.get("counts")
+    if not isinstance(counts, Mapping):
+        return None
+    trigger = _mapping(lineage.get("trigger"))
+    generator = _mapping(lineage.get("generator"))
+    step = trigger.get("step")
+    rejected = {str(k): int(v) for k, v in _mapping(counts.get("rejected")).items()
+                if _is_number(v)}
+    return RoundPoint(
+        version=rec.version,
+        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+        generated=_int(counts.get("generated")), kept=_int(counts.get("kept")),
+        rejected=rejected, metrics=numbers(_mapping(trigger.get("metrics"))),
+        state=numbers(_mapping(generator.get("state"))),
+        timings=numbers(_mapping(lineage.get("timings"))),
+        generator=str(generator.get("name") or generator.get("class") or ""),
+    )
+
+
+def numbers(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """The finite numbers in a mapping, nested mappings flattened as `outer.inner`."""
+    out: dict[str, float] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(numbers(value, f"{name}."))
+        elif _is_number(value):
+            out[name] = float(value)
+    return out
+
+
+def bins(count: int, most: int) -> list[range]:
+    """`count` consecutive items in at most `most` contiguous groups of equal size."""
+    size = max(1, math.ceil(count / most)) if most > 0 else max(count, 1)
+    return [range(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def _most_common(dicts: Any) -> list[str]:
+    seen: Counter[str] = Counter()
+    for d in dicts:
+        seen.update(d.keys())
+    return [name for name, _ in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))][:MAX_SERIES]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _int(value: Any) -> int:
+    return int(value) if _is_number(value) else 0

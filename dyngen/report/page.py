@@ -1,0 +1,133 @@
+"""The report page: one self-contained HTML file (inline SVG and CSS, no script, no link)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from dyngen.report import charts
+from dyngen.report.history import History
+from dyngen.store import Store, VersionRecord
+from dyngen.text import clip, parse_json, prompt_text
+
+SAMPLE_ROWS = 20
+
+CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2rem auto;
+       max-width: 62rem; padding: 0 1rem; color: #1b1f24; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; }
+h2 { font-size: 1.15rem; margin: 2rem 0 .4rem; border-bottom: 1px solid #d0d7de; }
+.sub { color: #57606a; margin-top: 0; }
+table { border-collapse: collapse; font-size: .85rem; margin: .5rem 0; }
+th, td { border: 1px solid #d0d7de; padding: .25rem .5rem; text-align: left;
+         vertical-align: top; }
+th { background: #f6f8fa; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+figure { margin: .5rem 0; }
+figure svg { max-width: 100%; height: auto; }
+.none { color: #57606a; font-style: italic; }
+footer { margin-top: 3rem; color: #57606a; font-size: .8rem; }
+"""
+
+# (id, heading, chart function, what the chart shows, what it means when there is none)
+SECTIONS = (
+    ("rows", "Rows per version", charts.rows_chart,
+     "Rows in each version; dots mark versions not made by appending (e.g. restores).",
+     "no versions"),
+    ("counts", "Kept and rejected per round", charts.counts_chart,
+     "Rows each round kept, and rejected by reason (rejected rows are quarantined).",
+     "no generation rounds in these versions"),
+    ("metrics", "Trigger metrics by step", charts.metrics_chart,
+     "The metrics the training batch-end event carried, by training step.",
+     "no round carried trigger metrics"),
+    ("state", "Generator state over rounds", charts.state_chart,
+     "The numeric fields the generator recorded as its state (e.g. a curriculum's level).",
+     "no generator recorded a numeric state"),
+    ("timings", "Stage timings", charts.timings_chart,
+     "Seconds each round spent per stage.", "no round recorded timings"),
+)
+
+
+def render_page(store: Store, history: History, records: Sequence[VersionRecord]) -> str:
+    """The whole report as HTML text."""
+    head = records[-1]
+    parts = [f"<h1>{_e(history.dataset)}</h1>",
+             f'<p class="sub">dyngen report · written {_now()} · store {_e(str(store.root))}</p>',
+             _summary(history, head)]
+    for key, heading, chart, caption, none in SECTIONS:
+        svg = chart(history)
+        parts.append(f'<section id="{key}"><h2>{heading}</h2>')
+        if svg is None:
+            parts.append(f'<p class="none">Nothing to draw: {none}.</p>')
+        else:
+            parts.append(f'<figure class="chart" data-chart="{key}">{svg}'
+                         f"<figcaption>{_e(caption)}</figcaption></figure>")
+        parts.append("</section>")
+    parts.append(_rejected_section(store, records))
+    parts.append("<footer>Written by <code>dyngen report</code>. Self-contained: no scripts, "
+                 "no network; charts drawn with matplotlib.</footer>")
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>dyngen report: {_e(history.dataset)}</title><style>{CSS}</style></head>"
+            f"<body>\n{body}\n</body></html>\n")
+
+
+def _summary(history: History, head: VersionRecord) -> str:
+    shown = len(history.versions)
+    window = (f"all {shown}" if shown == history.total_versions
+              else f"newest {shown} of {history.total_versions} (v{history.first_version}"
+                   f"–v{head.version})")
+    generated = sum(r.generated for r in history.rounds)
+    kept = sum(r.kept for r in history.rounds)
+    rejected = sum(sum(r.rejected.values()) for r in history.rounds)
+    generators = sorted({r.generator for r in history.rounds if r.generator})
+    rows = [("head", f"v{head.version}, {head.rows:,} rows, created {head.created_at[:19]}"),
+            ("versions drawn", window),
+            ("generation rounds drawn", f"{len(history.rounds):,}"),
+            ("generated / kept / rejected", f"{generated:,} / {kept:,} / {rejected:,}"),
+            ("generators", ", ".join(generators) or "-")]
+    cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f'<table class="summary">{cells}</table>'
+
+
+def _rejected_section(store: Store, records: Sequence[VersionRecord]) -> str:
+    """A sample of the newest round's quarantined rows (the newest round that had any)."""
+    out = ['<section id="rejected"><h2>Rejected rows of the newest round</h2>']
+    source = next((r for r in reversed(records) if r.rejected), None)
+    if source is None:
+        out.append('<p class="none">No round in these versions rejected a row.</p></section>')
+        return "\n".join(out)
+    rows = store.load_rejected(source.dataset, source.version, round_only=True)
+    total = len(rows)
+    sample = rows.select(range(min(total, SAMPLE_ROWS))).to_list()
+    note = "" if source.version == records[-1].version else (
+        f" (v{records[-1].version}, the head, rejected none)")
+    out.append(f"<p>Round v{source.version}{_e(note)}: {total:,} rejected row(s)"
+               f"{f', the first {len(sample)} shown' if total > len(sample) else ''}.</p>")
+    out.append('<table class="rejected"><tr><th>#</th><th>reason</th><th>detail</th>'
+               "<th>prompt</th></tr>")
+    for i, row in enumerate(sample):
+        original = parse_json(row.get("row"))
+        prompt = _prompt_of(original, source.prompt_key)
+        out.append(f'<tr><td class="num">{i}</td><td>{_e(row.get("reason") or "")}</td>'
+                   f'<td>{_e(clip(row.get("detail") or "", 160))}</td>'
+                   f"<td>{_e(prompt)}</td></tr>")
+    out.append("</table></section>")
+    return "\n".join(out)
+
+
+def _prompt_of(original: Any, prompt_key: str) -> str:
+    if isinstance(original, dict):
+        return prompt_text(original.get(prompt_key, original.get("prompt")), 200)
+    return clip(str(original), 200)  # a row that was not even a mapping
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -1,0 +1,29 @@
+"""Short one-line renderings of user data, shared by the CLI's tables and the report."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def clip(text: str, n: int) -> str:
+    """`text` on one line, cut to `n` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def prompt_text(prompt: Any, n: int = 70) -> str:
+    """The last user message of a chat prompt, on one line and truncated."""
+    if isinstance(prompt, list):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        last = users[-1] if users else (prompt[-1] if prompt else {})
+        prompt = last.get("content", "") if isinstance(last, dict) else last
+    return clip("" if prompt is None else str(prompt), n)
+
+
+def parse_json(text: Any) -> Any:
+    """`text` parsed as JSON if it is a JSON string, else as it is."""
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except json.JSONDecodeError:
+        return text

@@ -1,0 +1,161 @@
+"""`dyngen report`: the history drawn from any lineage a version may carry, as one page."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dyngen.cli import app
+from dyngen.report import report_html, write_report
+from dyngen.report.history import history_of
+from dyngen.report.trend import sparkline, trend_markdown
+from dyngen.store import Store
+from tests.rows import verl_row, verl_rows
+
+REPO = Path(__file__).resolve().parents[1]
+CHARTS = ("rows", "counts", "metrics", "state", "timings")
+
+
+def round_lineage(step: int, kept: int, rejected: dict[str, int], **extra: Any) -> dict:
+    """A generation round's lineage, as flows/generation_round.py records it."""
+    return {"counts": {"generated": kept + sum(rejected.values()), "kept": kept,
+                       "rejected": rejected},
+            "trigger": {"event_id": f"e{step}", "step": step, "metrics": {"score": step / 10}},
+            "generator": {"name": "Curriculum", "state": {"level": step // 2}},
+            "timings": {"load": 0.1, "generate": 0.5, "filter": 0.2, "concat": 0.1}, **extra}
+
+
+def rejected_rows(reason: str, prompt: str, n: int = 1) -> list[dict[str, str]]:
+    """Quarantined rows as a round writes them: the original row kept as JSON."""
+    row = json.dumps(verl_row(0, content=prompt))
+    return [{"reason": reason, "detail": f"{reason} <b>detail</b>", "row": row}] * n
+
+
+@pytest.fixture
+def grown(tmp_path: Path) -> Store:
+    """Version 0 imported, six rounds (some rejecting rows), then a restore."""
+    store = Store(tmp_path / "store")
+    store.create("grown", verl_rows(8))
+    for step in range(1, 7):
+        reasons = {"duplicate": step % 3, "overlong_prompt": 1} if step % 2 else {}
+        rejected = [r for reason, n in reasons.items()
+                    for r in rejected_rows(reason, f"<script>alert({step})</script>", n)]
+        store.commit(store.prepare_append(
+            "grown", verl_rows(2, start=100 * step), rejected=rejected or None,
+            lineage=round_lineage(step, 2, {k: v for k, v in reasons.items() if v})))
+    store.restore("grown", 3)
+    return store
+
+
+def charts_in(page: str) -> list[str]:
+    """The charts a page draws, by name, in order."""
+    return re.findall(r'<figure class="chart" data-chart="(\w+)"><svg', page)
+
+
+def test_the_page_draws_every_chart_and_the_newest_rejected_rows(grown: Store) -> None:
+    page = report_html(grown, "grown")
+    assert charts_in(page) == list(CHARTS)
+    assert page.count("<svg") == len(CHARTS)
+    # the newest round that rejected rows (v5; v6 rejected none, v7 is a restore)
+    assert "Round v5 (v7, the head, rejected none): 3 rejected row(s)" in page
+    assert "overlong_prompt" in page and "duplicate" in page
+    # user data is text, never markup
+    assert "<script>alert" not in page and "&lt;script&gt;alert(5)&lt;/script&gt;" in page
+    # 6 rounds kept 2 each; steps 1, 3, 5 rejected 2, 1 and 3
+    assert "generated / kept / rejected</th><td>18 / 12 / 6<" in page
+    # charts keep their text as text: panel titles are the metric's and the state's names
+    assert re.search(r"<text[^>]*>score</text>", page) and re.search(
+        r"<text[^>]*>level</text>", page)
+
+
+def test_the_page_is_self_contained(grown: Store) -> None:
+    page = report_html(grown, "grown")
+    assert "<script" not in page and "<link" not in page and "@import" not in page
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    assert not re.search(r"url\((https?:)?//", page)
+
+
+def test_a_dataset_without_rounds_has_its_rows_and_says_what_is_missing(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.create("plain", verl_rows(3))
+    store.append("plain", verl_rows(2, start=3))  # no round lineage at all
+    page = report_html(store, "plain")
+    assert charts_in(page) == ["rows"]
+    assert "Nothing to draw: no generation rounds in these versions." in page
+    assert "No round in these versions rejected a row." in page
+
+
+def test_lineage_of_any_shape_is_drawn_leniently(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.create("odd", verl_rows(2))
+    odd = [
+        {"counts": "not a mapping"},
+        {"counts": {"kept": "3", "rejected": {"x": float("nan")}}, "trigger": [1, 2]},
+        {"counts": {"kept": 1, "generated": 1}, "trigger": {"step": "7", "metrics": {
+            "score": "high", "loss": float("inf"), "ok": True, "acc": 0.5}},
+         "generator": {"state": {"level": {"digits": 2, "ops": ["+"]}, "name": "hard"}},
+         "timings": {"generate": "slow"}},
+    ]
+    for i, lineage in enumerate(odd):
+        store.append("odd", verl_rows(1, start=10 + i), lineage=lineage)
+    history = history_of(store.history("odd"))
+    assert [r.version for r in history.rounds] == [2, 3]
+    assert history.rounds[0].kept == 0 and history.rounds[0].rejected == {}
+    assert history.metric_names() == ["acc"]
+    assert history.state_names() == ["level.digits"]
+    assert charts_in(report_html(store, "odd")) == ["rows", "counts", "metrics", "state"]
+
+
+def test_newest_caps_the_versions_drawn(grown: Store) -> None:
+    page = report_html(grown, "grown", newest=3)
+    assert "newest 3 of 8 (v5–v7)" in page
+    history = history_of(grown.history("grown", newest=3), 8)
+    assert history.versions == [5, 6, 7]
+
+
+def test_the_round_artifact_trend_is_one_sparkline_per_series(grown: Store) -> None:
+    text = trend_markdown(history_of(grown.history("grown")))
+    assert text.startswith("## Trend, v0–v7 (6 rounds)")
+    lines = {line.split()[0]: line for line in text.splitlines()[3:-1]}
+    assert set(lines) == {"rows", "kept", "rejected", "score", "state.level"}
+    assert sparkline([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) in lines["score"]
+    assert lines["score"].endswith("0.1 → 0.6")
+    assert sparkline([1, 8]) == "▁█" and sparkline([5, 5]) == "▄▄"
+    long = sparkline(list(range(1000)), width=60)  # averaged down, still rising
+    assert 50 <= len(long) <= 60 and long[0] == "▁" and long[-1] == "█"
+
+
+def test_cli_writes_the_report_and_prints_its_path(grown: Store, tmp_path: Path) -> None:
+    out = tmp_path / "pages" / "grown.html"
+    ran = subprocess.run([sys.executable, "-m", "dyngen.cli", "--root", str(grown.root),
+                          "report", "grown", "--out", str(out)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert ran.returncode == 0, ran.stderr
+    assert str(out) in ran.stdout
+    assert charts_in(out.read_text()) == list(CHARTS)
+
+
+def test_cli_report_of_a_missing_dataset_is_a_user_error(grown: Store, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    missing = CliRunner().invoke(app, ["--root", str(grown.root), "report", "nope"])
+    assert missing.exit_code == 2
+    assert "dataset 'nope' has no committed version" in missing.output
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_write_report_replaces_the_file_whole(grown: Store, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    out.write_text("old")
+    assert write_report(grown, "grown", out) == out
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
