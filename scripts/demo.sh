@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up .venv and run the demo.
+# Set up $VENV (default .venv) with the base package only, then run the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-exec .venv/bin/dyngen demo "$@"
+bash scripts/setup.sh --base
+exec "${VENV:-.venv}/bin/dyngen" demo "$@"

