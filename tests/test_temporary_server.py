@@ -14,6 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from dyngen.errors import ConfigError
+from dyngen.local_server import (
+    TEMPORARY_SERVER_TIMEOUT_ENV,
+    ensure_prefect_api,
+    temporary_server_timeout,
+)
 from dyngen.store import Store
 from tests.rows import verl_rows
 
@@ -66,3 +74,33 @@ def test_first_inline_round_in_a_trainer_on_a_fresh_prefect_home_commits(
     assert "version: 1" in out.stdout, out.stdout + out.stderr[-3000:]
     assert "starting a temporary Prefect server" in out.stderr
     assert Store(store.root).head("fresh").lineage["trigger"]["step"] == 7
+
+
+def test_a_server_that_does_not_come_up_in_time_is_a_clear_error(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.create("fresh", verl_rows(4))
+    env = {**fresh_home_env(tmp_path / "prefect-home"), "DYNGEN_SERVER_START_TIMEOUT": "1"}
+    out = subprocess.run([sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "round",
+                          "fresh", "--step", "1"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr[-3000:]
+    assert "error: the temporary Prefect server did not start within 1 s" in out.stderr
+    assert "set PREFECT_API_URL" in out.stderr and "DYNGEN_SERVER_START_TIMEOUT" in out.stderr
+    assert Store(store.root).head_version("fresh") == 0
+
+
+def test_a_bad_start_timeout_says_what_it_expected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TEMPORARY_SERVER_TIMEOUT_ENV, "soon")
+    with pytest.raises(ConfigError, match="expected a number of seconds > 0, found 'soon'"):
+        temporary_server_timeout()
+    monkeypatch.setenv(TEMPORARY_SERVER_TIMEOUT_ENV, "45")
+    assert temporary_server_timeout() == 45.0
+
+
+def test_with_an_api_url_nothing_is_started(prefect_server: None) -> None:
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL
+
+    before = dict(SubprocessASGIServer._instances)
+    assert ensure_prefect_api() == PREFECT_API_URL.value()
+    assert SubprocessASGIServer._instances == before
