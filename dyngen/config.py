@@ -39,6 +39,7 @@ __all__ = [
     "DyngenConfig",
     "RoundConfig",
     "StoreConfig",
+    "TaskRunnerConfig",
     "config_hash",
     "default_config",
     "load_config",
@@ -77,8 +78,20 @@ class DataConfig:
 
 
 @dataclass
+class TaskRunnerConfig:
+    """Where a round's generate partitions run: a thread pool, or Ray (``dyngen[ray]``)."""
+
+    kind: str = "threads"  # threads | ray
+    # ray: an existing cluster ("auto", "ray://head:10001"); null starts a local Ray per round.
+    address: str | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to ray.init
+    # ray: what each partition reserves (num_gpus, num_cpus, resources, ...), as ray.remote.
+    remote_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class RoundConfig:
-    """How a generation round runs: retries, timeout, dedup and user filters."""
+    """How a generation round runs: retries, timeout, dedup, user filters and partitions."""
 
     retries: int = 2
     retry_delay_seconds: float = 2.0
@@ -86,6 +99,9 @@ class RoundConfig:
     dedup: bool = True
     # Each entry is {path, name, ...}: located like a generator, extra keys go to the filter.
     filters: list[dict[str, Any]] = field(default_factory=list)
+    # Generation split into this many partitions, each a generate task on the task runner.
+    partitions: int = 1
+    task_runner: TaskRunnerConfig = field(default_factory=TaskRunnerConfig)
 
 
 @dataclass
@@ -99,6 +115,8 @@ class DyngenConfig:
 
 # Sections that accept keys the schema does not list (the generator's own settings).
 _OPEN_SECTIONS = frozenset({"data.datagen"})
+
+TASK_RUNNER_KINDS = ("threads", "ray")
 
 _TYPE_WORDS: dict[Any, str] = {
     int: "an integer",
@@ -376,6 +394,13 @@ _RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         "round.retry_delay_seconds=2.0",
     ),
     ("round.timeout_seconds", lambda v: v > 0, "a number > 0", "round.timeout_seconds=600"),
+    ("round.partitions", lambda v: v >= 1, "an integer >= 1", "round.partitions=4"),
+    (
+        "round.task_runner.kind",
+        lambda v: v in TASK_RUNNER_KINDS,
+        f"one of {', '.join(TASK_RUNNER_KINDS)}",
+        "round.task_runner.kind=ray",
+    ),
 )
 
 
@@ -396,6 +421,14 @@ def _check_ranges(cfg: DictConfig) -> None:
                     f"{_describe(value)}. Give each filter a path (file or pkg://module) "
                     "and a class name, e.g. {path: pkg://my_filters, name: MyFilter}."
                 )
+    runner = cfg.round.task_runner
+    for key in ("address", "init_kwargs", "remote_options"):
+        if runner.kind != "ray" and runner[key]:
+            raise ConfigError(
+                f"round.task_runner.{key}: applies only to round.task_runner.kind=ray, found "
+                f"{_describe(runner[key])} with kind {runner.kind!r}. Set "
+                f"round.task_runner.kind=ray, or remove round.task_runner.{key}."
+            )
 
 
 # --- messages ----------------------------------------------------------------------------

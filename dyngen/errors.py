@@ -75,7 +75,7 @@ class GeneratorImportError(GeneratorError, ImportError):
 
 
 class MissingDependencyError(GeneratorError, ImportError):
-    """An optional dependency of a generator is not installed."""
+    """An optional dependency (a generator's, or Ray's) is not installed."""
 
 
 class GeneratorClassNotFoundError(GeneratorError, AttributeError):

@@ -118,6 +118,9 @@ class RoundContext:
     # What this generator class recorded as `state` in the newest version it made: a
     # generator's memory lives in the dataset's lineage, so it survives restarts.
     previous_state: dict[str, Any] | None = None
+    # Which share of the round's generation this call makes (round.partitions).
+    partition: int = 0
+    partitions: int = 1
 
 
 # ---- stages ---------------------------------------------------------------------------
@@ -148,9 +151,11 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
         else:
             result = generator.generate(dataset)
     except BaseException as exc:  # its own error (or a timeout) keeps its type, for retries
+        part = (f" (partition {context.partition} of {context.partitions})"
+                if context.partitions > 1 else "")
         exc.add_note(f"dyngen: raised in generator {type(generator).__qualname__} "
-                     f"({class_path(generator)}) during round {context.round} of dataset "
-                     f"{context.dataset!r}")
+                     f"({class_path(generator)}) during round {context.round}{part} of "
+                     f"dataset {context.dataset!r}")
         raise
     finally:
         if was_caching:
@@ -158,13 +163,21 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
     return rows_from_output(result, type(generator).__qualname__)
 
 
-def previous_generator_state(store: Store, name: str, generator_class: str,
-                             before: int) -> dict[str, Any] | None:
-    """The `state` the newest version up to `before` made by `generator_class` recorded."""
+def previous_generator_state(store: Store, name: str, generator_class: str, before: int,
+                             partition: int = 0, partitions: int = 1) -> dict[str, Any] | None:
+    """The `state` the newest version up to `before` made by `generator_class` recorded.
+
+    A round fanned out over as many partitions as this one recorded one state per
+    partition; each partition gets its own back. Otherwise every partition gets `state`.
+    """
     for version in range(before, -1, -1):
         gen = store.record(name, version).lineage.get("generator") or {}
         if gen.get("class") == generator_class:
-            state = gen.get("state")
+            states = gen.get("partition_states")
+            if isinstance(states, list) and len(states) == partitions > 1:
+                state = states[partition]
+            else:
+                state = gen.get("state")
             return dict(state) if isinstance(state, Mapping) else None
     return None
 

@@ -20,10 +20,10 @@ from dyngen.round import RoundContext, Trigger
 from dyngen.store import Store
 from dyngen.store.names import validate_name
 from flows.round_guard import label_run, round_guard
-from tasks import generate
 from tasks.concat import concat_rows
 from tasks.filter import filter_generated
 from tasks.load import load_dataset
+from tasks.partitions import generate_all
 from tasks.version import commit_version, lineage_published, publish_lineage
 
 # The history artifact shows the newest versions (`dyngen log` shows all): each round
@@ -70,8 +70,7 @@ def generation_round(
         context = RoundContext(dataset, parent.version + 1, parent.version, trig)
         label_run(dataset, context.round)
         with _timed(timings, "generate"):
-            rows, generator = generate.configured(cfg)(cfg.data.datagen, data, context,
-                                                       cfg.store.root)
+            rows, generator, fanned_out = generate_all(cfg, data, context)
         crash_point("round.after_generate")
         with _timed(timings, "filter"):
             outcome = filter_generated(cfg, parent, rows)
@@ -86,6 +85,7 @@ def generation_round(
             "flow_run_id": str(flow_run.id) if flow_run.id else None,
             "flow_run_name": flow_run.name,
             "timings": timings,
+            **({"partitions": fanned_out} if fanned_out else {}),
         }
         with _timed(timings, "concat"):
             pending = concat_rows(cfg.store.root, context, outcome, generator["name"], lineage)

@@ -23,12 +23,19 @@ from generators import build_generator
 
 
 @task(name="generate", cache_policy=NO_CACHE)
-def generate_rows(datagen: DictConfig, dataset: datasets.Dataset, context: RoundContext,
+def generate_rows(datagen: DictConfig, dataset: datasets.Dataset | None, context: RoundContext,
                   store_root: str) -> tuple[list[Any], dict[str, Any]]:
-    """New rows from a freshly built generator, and which generator made them."""
+    """New rows from a freshly built generator, and which generator made them.
+
+    Without `dataset` (a partition on another process or host), the parent version is
+    memory-mapped from the store here rather than shipped.
+    """
+    store = Store(store_root)
+    if dataset is None:
+        dataset = store.load(context.dataset, context.parent)
     generator = build_generator(datagen)
-    previous = previous_generator_state(Store(store_root), context.dataset,
-                                        class_path(generator), context.parent)
+    previous = previous_generator_state(store, context.dataset, class_path(generator),
+                                        context.parent, context.partition, context.partitions)
     rows = call_generator(generator, dataset, replace(context, previous_state=previous))
     return rows, generator_lineage(datagen, generator)
 

@@ -121,3 +121,27 @@ class AddsProvenance(AbstractDataGenerator):
         for seed, row in enumerate(rows):
             row["extra_info"] = {**row["extra_info"], "seed_index": seed, "model": "tiny"}
         return [*rows, {**verl_row(702), "surprise": 1}]
+
+
+class Partitioned(AbstractDataGenerator):
+    """`n` rows for its partition, numbered by it; each call leaves a file in `calls`
+    (partition, process, start and end time). Partition `fail` raises on its first call,
+    or on every call with `fail_always`; `sleep` seconds stand in for a slow model."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        import os
+        import time
+
+        part, count = context.partition, context.partitions
+        calls = Path(self.config.calls)
+        calls.mkdir(parents=True, exist_ok=True)
+        earlier = len(list(calls.glob(f"p{part}-*")))
+        start = time.time()
+        time.sleep(float(self.config.get("sleep", 0)))
+        (calls / f"p{part}-{earlier}").write_text(f"{os.getpid()} {start} {time.time()}")
+        if part == self.config.get("fail") and (earlier == 0 or self.config.get("fail_always")):
+            raise ConnectionError(f"partition {part}: inference server not ready (simulated)")
+        n = int(self.config.get("n", 2))
+        self.state = {"partition": part, "seen": (context.previous_state or {}).get("seen", 0) + 1}
+        return datasets.Dataset.from_list(
+            [verl_row(1000 + 100 * part + i, source=f"part-{part}-of-{count}") for i in range(n)])

@@ -1,0 +1,62 @@
+"""A round's generation fanned out over partitions, free of Prefect: who makes which
+share, and the one batch of rows and one lineage the filter → concat → version stages
+take from all of them.
+
+Partition i of P is the generator built from the same config, called with a context
+that says `partition=i, partitions=P`; what a share means (a slice of the seeds, a
+different random seed, a range of difficulty) is the generator's to decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+
+from dyngen.filters import RowBatch
+from dyngen.round import RoundContext
+
+
+def partition_contexts(context: RoundContext, count: int) -> list[RoundContext]:
+    """The round's context once per partition, each naming its index and the count."""
+    return [replace(context, partition=i, partitions=count) for i in range(count)]
+
+
+def union_rows(batches: Sequence[RowBatch]) -> RowBatch:
+    """Every partition's rows in partition order, as one batch.
+
+    Arrow tables with the same columns stay one table where their types unify (extra_info
+    fields one partition adds read as null in the others); anything else becomes a list of rows,
+    which the schema filter then checks row by row, as it would a generator's list.
+    """
+    tables = [batch.table for batch in batches]
+    # Same columns only: a column missing from one partition must reach the schema filter
+    # as missing, not as nulls that promotion would fill in.
+    if tables and all(t is not None and set(t.column_names) == set(tables[0].column_names)
+                      for t in tables):
+        try:
+            return RowBatch(pa.concat_tables(tables, promote_options="permissive"))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            pass  # e.g. one column a string here and a list there: rows are judged one by one
+    return RowBatch([row for batch in batches for row in batch.to_list()])
+
+
+def union_generator_lineage(generators: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One `generator` lineage entry for all partitions: partition 0's, with every state.
+
+    `state` stays partition 0's, so a reader of unpartitioned rounds reads it as before;
+    `partition_states` keeps each partition's memory for the next round's same partition.
+    """
+    merged = dict(generators[0])
+    states = [g.get("state") for g in generators]
+    if len(generators) > 1 and any(state is not None for state in states):
+        merged["partition_states"] = states
+    return merged
+
+
+def partitions_lineage(kind: str, batches: Sequence[RowBatch]) -> dict[str, Any]:
+    """What the version record says about the fan-out: count, runner, rows per partition."""
+    return {"count": len(batches), "task_runner": kind,
+            "rows": [len(batch) for batch in batches]}

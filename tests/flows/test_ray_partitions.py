@@ -1,0 +1,112 @@
+"""A round fanned out over partitions on a real local Ray (2 CPUs) through prefect-ray.
+
+Ray starts once for the module: a RayTaskRunner entered here starts it, and each round's
+runner finds it running and uses it (as a round does on a cluster it joins by address).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
+
+from dyngen.errors import ConfigError
+from dyngen.store import Store, verify
+from flows.generation_round import generation_round
+from tests.flows.test_partitions import calls_of, partitioned_config, seeded_store
+
+pytestmark = pytest.mark.usefixtures("prefect_server", "local_ray")
+
+RAY = {"kind": "ray", "init_kwargs": {"num_cpus": 2, "include_dashboard": False}}
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One local Ray of 2 CPUs for the module, on loopback only, shut down at the end."""
+    from prefect_ray import RayTaskRunner
+
+    # A single-machine Ray otherwise binds to the host's network address.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    with RayTaskRunner(init_kwargs=RAY["init_kwargs"]):
+        yield
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return seeded_store(tmp_path)
+
+
+def ray_config(store: Store, tmp_path: Path, partitions: int = 4, **datagen: Any) -> dict:
+    cfg = partitioned_config(store, tmp_path, partitions, **datagen)
+    cfg["round"]["task_runner"] = dict(RAY)
+    return cfg
+
+
+def task_runs_of(flow_run_id: str) -> list:
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(task_run_filter=TaskRunFilter(
+            flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id])))
+
+
+def test_four_partitions_on_ray_commit_one_version_with_every_partitions_rows_once(
+        store: Store, tmp_path: Path) -> None:
+    state = generation_round("ds", ray_config(store, tmp_path, n=3), {"step": 1},
+                             return_state=True)
+    assert state.is_completed(), state.message
+    assert [r.version for r in store.history("ds")] == [0, 1]
+    new = store.load("ds").select(range(4, 16))
+    indices = [e["index"] for e in new["extra_info"]]
+    assert sorted(indices) == [1000 + 100 * p + i for p in range(4) for i in range(3)]
+    assert sorted(new["data_source"]) == sorted(f"part-{p}-of-4" for p in range(4)
+                                                for _ in range(3))
+    assert set(new["_dyngen_version"]) == {1}
+    calls = calls_of(tmp_path)
+    assert sorted(calls) == [(p, 0) for p in range(4)]  # each partition ran once
+    assert os.getpid() not in {pid for pid, _, _ in calls.values()}  # in Ray's workers
+    lineage = store.head("ds").lineage
+    assert lineage["partitions"] == {"count": 4, "task_runner": "ray", "rows": [3, 3, 3, 3]}
+    assert lineage["counts"]["generated"] == 12
+    runs = task_runs_of(lineage["flow_run_id"])
+    assert sorted(r.name for r in runs if r.name.startswith("generate")) == [
+        f"generate-{p}-of-4" for p in range(4)]
+    assert verify(store, "ds") == []
+
+
+def test_a_partition_failing_once_is_retried_alone_and_the_round_commits_once(
+        store: Store, tmp_path: Path) -> None:
+    cfg = ray_config(store, tmp_path, fail=2)
+    cfg["round"]["retries"] = 1
+    state = generation_round("ds", cfg, {"step": 1}, return_state=True)
+    assert state.is_completed(), state.message
+    assert sorted(calls_of(tmp_path)) == [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0)]
+    assert [r.version for r in store.history("ds")] == [0, 1]
+    indices = [e["index"] for e in store.load("ds")["extra_info"]][4:]
+    assert sorted(indices) == [1000 + 100 * p + i for p in range(4) for i in range(2)]
+    retried = [r for r in task_runs_of(store.head("ds").lineage["flow_run_id"])
+               if r.name == "generate-2-of-4"]
+    assert [r.run_count for r in retried] == [2]
+
+
+def test_per_partition_resources_reach_ray(store: Store, tmp_path: Path) -> None:
+    # Two CPUs per partition on a 2-CPU Ray: the partitions cannot run side by side.
+    cfg = ray_config(store, tmp_path, partitions=2, sleep=0.5)
+    cfg["round"]["task_runner"]["remote_options"] = {"num_cpus": 2}
+    state = generation_round("ds", cfg, {"step": 1}, return_state=True)
+    assert state.is_completed(), state.message
+    spans = sorted((start, end) for _, start, end in calls_of(tmp_path).values())
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0], f"partitions overlapped: {spans}"
+
+
+def test_resources_no_node_has_fail_the_round_naming_them(store: Store, tmp_path: Path) -> None:
+    cfg = ray_config(store, tmp_path)
+    cfg["round"]["task_runner"]["remote_options"] = {"num_gpus": 1}
+    state = generation_round("ds", cfg, {"step": 1}, return_state=True)
+    assert state.is_failed()
+    with pytest.raises(ConfigError, match=r"'GPU': 1\.0.*no live node"):
+        state.result()
+    assert calls_of(tmp_path) == {} and store.head_version("ds") == 0
