@@ -7,6 +7,8 @@ runner finds it running and uses it (as a round does on a cluster it joins by ad
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from tests.flows.test_partitions import calls_of, partitioned_config, seeded_sto
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "local_ray")
 
+REPO = Path(__file__).resolve().parents[2]
 RAY = {"kind": "ray", "init_kwargs": {"num_cpus": 2, "include_dashboard": False}}
 
 
@@ -110,3 +113,26 @@ def test_resources_no_node_has_fail_the_round_naming_them(store: Store, tmp_path
     with pytest.raises(ConfigError, match=r"'GPU': 1\.0.*no live node"):
         state.result()
     assert calls_of(tmp_path) == {} and store.head_version("ds") == 0
+
+
+def test_a_round_in_another_process_joins_the_running_ray_by_address(
+        store: Store, tmp_path: Path) -> None:
+    import ray
+    from prefect.settings import PREFECT_API_URL
+
+    address = ray.get_runtime_context().gcs_address  # what `ray start --head` prints
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "round", "ds",
+         "data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=Partitioned",
+         f"+data.datagen.calls={tmp_path / 'calls'}", "round.partitions=2",
+         "round.task_runner.kind=ray", f"round.task_runner.address={address}", "--step", "1"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    calls = calls_of(tmp_path)
+    assert sorted(calls) == [(0, 0), (1, 0)]
+    assert proc.pid not in {pid for pid, _, _ in calls.values()}  # on the cluster's workers
+    assert store.head("ds").lineage["partitions"]["task_runner"] == "ray"
+    # The round left the cluster it joined running: this driver still uses it.
+    assert ray.is_initialized() and ray.get(ray.put(7)) == 7
