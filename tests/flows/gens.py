@@ -145,3 +145,20 @@ class Partitioned(AbstractDataGenerator):
         self.state = {"partition": part, "seen": (context.previous_state or {}).get("seen", 0) + 1}
         return datasets.Dataset.from_list(
             [verl_row(1000 + 100 * part + i, source=f"part-{part}-of-{count}") for i in range(n)])
+
+
+class LogsItsSpan(AbstractDataGenerator):
+    """One new row per round after `sleep` seconds; appends the dataset, round, start and
+    end time and the parent process (the worker that launched the run) to `log`."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        import os
+        import time
+
+        start = time.time()
+        time.sleep(float(self.config.sleep))
+        with open(self.config.log, "a") as fh:  # one short append: whole lines from many
+            fh.write(f"{context.dataset} {context.round} {start} {time.time()} "
+                     f"{os.getppid()}\n")
+        return datasets.Dataset.from_list([verl_row(600 + context.round,
+                                                    source=context.dataset)])

@@ -1,0 +1,83 @@
+"""Two process workers on one pool, deployed from prefect.yaml: rounds of two datasets run
+side by side, rounds of one dataset one at a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from dyngen.events import trigger_name
+from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.store import Store, verify
+from tests.e2e.conftest import REPO, env_for, seeded
+from tests.e2e.test_triggered_rounds import (
+    emit_from_another_process,
+    finished_runs,
+    wait_for_versions,
+)
+
+POOL = "dyngen-two-workers"
+
+
+def deployment_file(tmp_path: Path, log: Path) -> Path:
+    """The repository's prefect.yaml, on this test's pool, with a slow logging generator."""
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    (deployment,) = spec["deployments"]
+    deployment["work_pool"]["name"] = POOL
+    deployment["parameters"]["config"] = {
+        "data": {"datagen": {"path": "pkg://tests.flows.gens", "name": "LogsItsSpan",
+                             "sleep": 4, "log": str(log)}}}
+    path = tmp_path / "prefect.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_two_workers_overlap_two_datasets_and_never_one_datasets_rounds(
+        server: LocalServer, tmp_path: Path) -> None:
+    stores = {name: seeded(tmp_path, name) for name in ("pair-a", "pair-b")}
+    store: Store = stores["pair-a"]  # both datasets live in one store
+    spans_log = tmp_path / "spans.log"
+    env = env_for(server, DYNGEN_STORE_ROOT=str(store.root), PREFECT_WORKER_QUERY_SECONDS="1")
+    prefect = str(Path(sys.executable).with_name("prefect"))
+
+    def run(*args: str) -> None:
+        out = subprocess.run([prefect, *args], env={**env, "PWD": str(REPO)}, cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+    run("work-pool", "create", POOL, "--type", "process", "--overwrite")
+    run("--no-prompt", "deploy", "--all", "--prefect-file",
+        str(deployment_file(tmp_path, spans_log)))
+    # Two places per worker: the four rounds below cannot all land on one.
+    workers = [spawn([prefect, "worker", "start", "--pool", POOL, "--limit", "2"], env,
+                     tmp_path / f"worker-{i}.log", cwd=REPO) for i in (1, 2)]
+    try:
+        wait_for_automation(server.api_url, trigger_name(None))
+        for name in stores:
+            emit_from_another_process(server, name, [1, 2])
+        for name in stores:
+            wait_for_versions(store, name, 2, tmp_path / "worker-1.log")
+            finished_runs(server, name, 2)
+    finally:
+        for worker in workers:
+            stop(worker)
+
+    spans: dict[str, list[tuple[float, float]]] = {name: [] for name in stores}
+    launched_by = set()
+    for line in spans_log.read_text().splitlines():
+        name, _, start, end, ppid = line.split()
+        spans[name].append((float(start), float(end)))
+        launched_by.add(int(ppid))
+    assert launched_by == {w.pid for w in workers}, "both workers should have run rounds"
+    for name, (first, second) in ((n, sorted(s)) for n, s in spans.items()):
+        assert first[1] <= second[0], f"two rounds of {name} generated at once: {spans}"
+        history = store.history(name)
+        assert [r.version for r in history] == [0, 1, 2]
+        # Each round loaded the version the previous one committed: none overlapped it.
+        assert [r.lineage["round"] for r in history[1:]] == [1, 2]
+        assert verify(store, name) == []
+    assert any(a[0] < b[1] and b[0] < a[1] for a in spans["pair-a"] for b in spans["pair-b"]), \
+        f"rounds of the two datasets never ran at the same time: {spans}"
