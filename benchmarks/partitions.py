@@ -6,7 +6,7 @@ writes its share (every P-th row). Ray is started once and warmed up by one roun
 a cluster that is already running; that first round's time is printed apart. The ratio
 is the 1-partition baseline's median round time over each mode's.
 
-    python benchmarks/partitions.py [--rounds 3] [--rows 16] [--seconds-per-row 0.5]
+    python benchmarks/partitions.py [--rounds 3] [--rows 24] [--seconds-per-row 1.0]
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def _task(round_no: int, i: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per mode")
-    ap.add_argument("--rows", type=int, default=16)
-    ap.add_argument("--seconds-per-row", type=float, default=0.5)
+    ap.add_argument("--rows", type=int, default=24)
+    ap.add_argument("--seconds-per-row", type=float, default=1.0)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dyngen-partitions-")
     # Prefect reads these when first imported: a throwaway home, quiet, offline.
