@@ -9,7 +9,9 @@ from __future__ import annotations
 import inspect
 import json
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -141,15 +143,9 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
     # verl hands generators its RLHFDataset, whose rows are in .dataframe.
     dataset.dataframe = dataset  # type: ignore[attr-defined]
     generator.round_context = context
-    # A generator's dataset.map/filter would write cache files beside the store's shards;
-    # with caching off, datasets writes them to a temporary folder instead.
-    was_caching = datasets.is_caching_enabled()
-    datasets.disable_caching()
     try:
-        if "context" in inspect.signature(generator.generate).parameters:
-            result = generator.generate(dataset, context=context)
-        else:
-            result = generator.generate(dataset)
+        with _datasets_caching_off():
+            result = _generate(generator, dataset, context)
     except BaseException as exc:  # its own error (or a timeout) keeps its type, for retries
         part = (f" (partition {context.partition} of {context.partitions})"
                 if context.partitions > 1 else "")
@@ -157,10 +153,42 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
                      f"({class_path(generator)}) during round {context.round}{part} of "
                      f"dataset {context.dataset!r}")
         raise
-    finally:
-        if was_caching:
-            datasets.enable_caching()
     return rows_from_output(result, type(generator).__qualname__)
+
+
+def _generate(generator: Any, dataset: datasets.Dataset, context: RoundContext) -> Any:
+    """generate(dataset), with context= where the generator's signature declares it."""
+    if "context" in inspect.signature(generator.generate).parameters:
+        return generator.generate(dataset, context=context)
+    return generator.generate(dataset)
+
+
+_caching_lock = threading.Lock()
+_caching_off_calls = 0
+_caching_was_on = False
+
+
+@contextmanager
+def _datasets_caching_off() -> Iterator[None]:
+    """datasets' caching off while any generator of this process runs.
+
+    A generator's dataset.map/filter would write cache files beside the store's shards;
+    with caching off, datasets writes them to a temporary folder instead. Counted, since
+    partitions on a thread pool overlap: the last one out restores the setting.
+    """
+    global _caching_off_calls, _caching_was_on
+    with _caching_lock:
+        if _caching_off_calls == 0:
+            _caching_was_on = datasets.is_caching_enabled()
+            datasets.disable_caching()
+        _caching_off_calls += 1
+    try:
+        yield
+    finally:
+        with _caching_lock:
+            _caching_off_calls -= 1
+            if _caching_off_calls == 0 and _caching_was_on:
+                datasets.enable_caching()
 
 
 def previous_generator_state(store: Store, name: str, generator_class: str, before: int,

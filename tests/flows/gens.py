@@ -162,3 +162,16 @@ class LogsItsSpan(AbstractDataGenerator):
                      f"{os.getppid()}\n")
         return datasets.Dataset.from_list([verl_row(600 + context.round,
                                                     source=context.dataset)])
+
+
+class MapsLate(AbstractDataGenerator):
+    """Partition 0 returns at once; the others `dataset.map` after `delay` seconds, while
+    partition 0's call has ended (the map would cache beside the store's shards)."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        import time
+
+        if context.partition:
+            time.sleep(float(self.config.delay))
+            dataset.map(lambda row: {"n": len(row["data_source"])})
+        return datasets.Dataset.from_list([verl_row(900 + context.partition, source="late")])

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import datasets
 import pyarrow as pa
 import pytest
 
@@ -88,6 +89,17 @@ def test_a_partition_that_keeps_failing_fails_the_round_and_commits_nothing(
     assert sorted(calls_of(tmp_path)) == [(0, 0), (1, 0), (1, 1), (2, 0)]
     assert store.head_version("ds") == 0
     assert verify(store, "ds") == [] and gc(store, "ds", grace_seconds=0) == []
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_overlapping_partitions_write_no_cache_files_into_the_store(tmp_path: Path) -> None:
+    store = seeded_store(tmp_path)
+    cfg = partitioned_config(store, tmp_path, 2)
+    cfg["data"]["datagen"] = {"path": "pkg://tests.flows.gens", "name": "MapsLate", "delay": 1}
+    state = generation_round("ds", cfg, {"step": 1}, return_state=True)
+    assert state.is_completed(), state.message
+    assert [p.name for p in (store.root / "ds").rglob("cache-*")] == []
+    assert datasets.is_caching_enabled()  # restored once both partitions are done
 
 
 def test_partitions_tables_unite_with_each_others_extra_info_fields() -> None:
