@@ -47,6 +47,9 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "timeout_seconds": 600.0,
             "dedup": True,
             "filters": [],
+            "partitions": 1,
+            "task_runner": {"kind": "threads", "address": None, "init_kwargs": {},
+                            "remote_options": {}},
         },
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from dyngen.config import load_config
-from dyngen.errors import MissingDependencyError
+from dyngen.errors import ConfigError, MissingDependencyError
 from dyngen.filters import RowBatch
 from dyngen.partitions import union_rows
 from dyngen.store import Store, gc, verify
@@ -117,6 +118,19 @@ def test_partitions_with_different_columns_reach_the_filters_as_rows() -> None:
                          RowBatch(pa.Table.from_pylist([missing])), RowBatch([verl_row(3)])])
     assert united.table is None
     assert ["reward_model" in r for r in united] == [True, False, True]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["round.partitions=0"], "round.partitions: expected an integer >= 1, found 0"),
+    (["round.task_runner.kind=dask"], "round.task_runner.kind: expected one of threads, ray"),
+    (["+round.task_runner.remote_options.num_gpus=1"],
+     "round.task_runner.remote_options: applies only to round.task_runner.kind=ray"),
+    (["round.task_runner.address=auto"], "Set round.task_runner.kind=ray, or remove"),
+])
+def test_partition_settings_that_cannot_work_are_refused_up_front(
+        overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(overrides=overrides)
 
 
 def test_ray_runner_without_the_extra_names_what_to_install(
