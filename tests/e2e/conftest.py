@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from tests.rows import verl_rows
 
 REPO = Path(__file__).resolve().parents[2]
 DYNGEN = [sys.executable, "-m", "dyngen.cli"]
+PREFECT = str(Path(sys.executable).with_name("prefect"))
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +35,11 @@ def seeded(tmp_path: Path, name: str) -> Store:
     store = Store(tmp_path / "store")
     store.create(name, verl_rows(4))
     return store
+
+
+def prefect_cli(env: dict[str, str], *args: str) -> str:
+    """Run the `prefect` command from this checkout (as prefect.yaml expects); its output."""
+    out = subprocess.run([PREFECT, *args], env={**env, "PWD": str(REPO)}, cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout

@@ -3,8 +3,6 @@ side by side, rounds of one dataset one at a time."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -12,7 +10,7 @@ import yaml
 from dyngen.events import trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, verify
-from tests.e2e.conftest import REPO, env_for, seeded
+from tests.e2e.conftest import PREFECT, REPO, env_for, prefect_cli, seeded
 from tests.e2e.test_triggered_rounds import (
     emit_from_another_process,
     finished_runs,
@@ -41,18 +39,11 @@ def test_two_workers_overlap_two_datasets_and_never_one_datasets_rounds(
     store: Store = stores["pair-a"]  # both datasets live in one store
     spans_log = tmp_path / "spans.log"
     env = env_for(server, DYNGEN_STORE_ROOT=str(store.root), PREFECT_WORKER_QUERY_SECONDS="1")
-    prefect = str(Path(sys.executable).with_name("prefect"))
-
-    def run(*args: str) -> None:
-        out = subprocess.run([prefect, *args], env={**env, "PWD": str(REPO)}, cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stdout + out.stderr
-
-    run("work-pool", "create", POOL, "--type", "process", "--overwrite")
-    run("--no-prompt", "deploy", "--all", "--prefect-file",
-        str(deployment_file(tmp_path, spans_log)))
+    prefect_cli(env, "work-pool", "create", POOL, "--type", "process", "--overwrite")
+    prefect_cli(env, "--no-prompt", "deploy", "--all", "--prefect-file",
+                str(deployment_file(tmp_path, spans_log)))
     # Two places per worker: the four rounds below cannot all land on one.
-    workers = [spawn([prefect, "worker", "start", "--pool", POOL, "--limit", "2"], env,
+    workers = [spawn([PREFECT, "worker", "start", "--pool", POOL, "--limit", "2"], env,
                      tmp_path / f"worker-{i}.log", cwd=REPO) for i in (1, 2)]
     try:
         wait_for_automation(server.api_url, trigger_name(None))

@@ -15,7 +15,7 @@ from subprocess import Popen
 from dyngen.events import trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, VersionRecord, verify
-from tests.e2e.conftest import DYNGEN, REPO, env_for, seeded
+from tests.e2e.conftest import DYNGEN, PREFECT, REPO, env_for, prefect_cli, seeded
 
 ROUND_CONFIG = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=UsesContext"]
 
@@ -129,19 +129,11 @@ def test_prefect_deploy_all_with_a_process_worker_runs_an_event_triggered_round(
 ) -> None:
     store = seeded(tmp_path, "deployed")
     env = env_for(server, DYNGEN_STORE_ROOT=str(store.root), PREFECT_WORKER_QUERY_SECONDS="1")
-    prefect = str(Path(sys.executable).with_name("prefect"))
-
-    def run(*args: str) -> str:
-        out = subprocess.run([prefect, *args], env={**env, "PWD": str(REPO)}, cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stdout + out.stderr
-        return out.stdout
-
-    run("work-pool", "create", "dyngen", "--type", "process", "--overwrite")
-    deployed = run("--no-prompt", "deploy", "--all")
+    prefect_cli(env, "work-pool", "create", "dyngen", "--type", "process", "--overwrite")
+    deployed = prefect_cli(env, "--no-prompt", "deploy", "--all")
     assert "generation-round/on-batch-end" in deployed
     log = tmp_path / "worker.log"
-    worker = spawn([prefect, "worker", "start", "--pool", "dyngen"], env, log, cwd=REPO)
+    worker = spawn([PREFECT, "worker", "start", "--pool", "dyngen"], env, log, cwd=REPO)
     try:
         wait_for_automation(server.api_url, trigger_name(None))
         (event_id,) = emit_from_another_process(server, "deployed", [7])
