@@ -33,10 +33,11 @@ def local_ray() -> Iterator[None]:
     """One local Ray of 2 CPUs for the module, on loopback only, shut down at the end."""
     from prefect_ray import RayTaskRunner
 
-    # A single-machine Ray otherwise binds to the host's network address.
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    with RayTaskRunner(init_kwargs=RAY["init_kwargs"]):
-        yield
+    with pytest.MonkeyPatch.context() as env:
+        # A single-machine Ray otherwise binds to the host's network address.
+        env.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        with RayTaskRunner(init_kwargs=RAY["init_kwargs"]):
+            yield
 
 
 @pytest.fixture
