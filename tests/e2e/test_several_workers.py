@@ -7,30 +7,43 @@ from pathlib import Path
 
 import yaml
 
-from dyngen.events import trigger_name
+from dyngen.events import emit_batch_end, trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, verify
 from tests.e2e.conftest import PREFECT, REPO, env_for, prefect_cli, seeded
-from tests.e2e.test_triggered_rounds import (
-    emit_from_another_process,
-    finished_runs,
-    wait_for_versions,
-)
+from tests.e2e.test_triggered_rounds import finished_runs, wait_for_versions
 
 POOL = "dyngen-two-workers"
+# Its own deployment name: `dyngen serve` in other tests applies "on-batch-end", and would
+# otherwise update this prefect.yaml deployment instead of making its own.
+DEPLOYMENT = "on-batch-end-two-workers"
 
 
 def deployment_file(tmp_path: Path, log: Path) -> Path:
     """The repository's prefect.yaml, on this test's pool, with a slow logging generator."""
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
     (deployment,) = spec["deployments"]
+    deployment["name"] = DEPLOYMENT
     deployment["work_pool"]["name"] = POOL
     deployment["parameters"]["config"] = {
         "data": {"datagen": {"path": "pkg://tests.flows.gens", "name": "LogsItsSpan",
-                             "sleep": 4, "log": str(log)}}}
+                             "sleep": 6, "log": str(log)}}}
     path = tmp_path / "prefect.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
+
+
+def remove_deployment(server: LocalServer) -> None:
+    """Delete the deployment and its trigger, which would turn later tests' events into
+    runs that wait on this pool."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}), \
+            get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(f"generation-round/{DEPLOYMENT}")
+        client.delete_resource_owned_automations(f"prefect.deployment.{deployment.id}")
+        client.delete_deployment(deployment.id)
 
 
 def test_two_workers_overlap_two_datasets_and_never_one_datasets_rounds(
@@ -47,14 +60,18 @@ def test_two_workers_overlap_two_datasets_and_never_one_datasets_rounds(
                      tmp_path / f"worker-{i}.log", cwd=REPO) for i in (1, 2)]
     try:
         wait_for_automation(server.api_url, trigger_name(None))
-        for name in stores:
-            emit_from_another_process(server, name, [1, 2])
+        # From this process, interleaved: the first round of each dataset is queued first,
+        # all four within a second (a process per dataset would start seconds apart).
+        for step in (1, 2):
+            for name in stores:
+                assert emit_batch_end(name, step, api_url=server.api_url) is not None
         for name in stores:
             wait_for_versions(store, name, 2, tmp_path / "worker-1.log")
             finished_runs(server, name, 2)
     finally:
         for worker in workers:
             stop(worker)
+        remove_deployment(server)
 
     spans: dict[str, list[tuple[float, float]]] = {name: [] for name in stores}
     launched_by = set()
