@@ -6,14 +6,13 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import dyngen.events as events
 from dyngen.outbox import Outbox
-from tests.support import UNUSED_API
+from tests.support import UNUSED_API, server_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,26 +28,6 @@ def queued_steps(api_url: str) -> list[int]:
     """The steps of the events waiting for `api_url`, in the order they will be sent."""
     return [json.loads(p.read_text())["payload"]["trigger"]["step"]
             for p in Outbox().pending(api_url)]
-
-
-def server_steps(api_url: str, dataset: str, count: int) -> list[int]:
-    """Steps of the dataset's batch-end events the server recorded (once `count` are)."""
-    import httpx
-
-    from dyngen.events import EVENT_NAME, resource_id
-
-    body = {"filter": {"event": {"name": [EVENT_NAME]},
-                       "resource": {"id": [resource_id(dataset)]},
-                       "order": "ASC"}, "limit": 50}
-    deadline = time.monotonic() + 30
-    while True:  # the server persists events every half second
-        answer = httpx.post(f"{api_url}/events/filter", json=body, timeout=10)
-        assert answer.status_code == 200, answer.text
-        found = answer.json()["events"]
-        if len(found) >= count or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    return [e["payload"]["trigger"]["step"] for e in found]
 
 
 def test_events_wait_in_order_and_a_full_outbox_drops_with_a_warning(

@@ -13,13 +13,24 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import datasets
+
+from dyngen.store import Store
 from dyngen.store.names import validate_name
 
 ROLLOUTS_DIR = "rollouts"
+EVENT_NAMESPACE = uuid.UUID("6f1c1f0e-5d33-4c4e-9a55-0d7f3f1e2a10")
+
+
+def event_id_for(run_id: str, step: int) -> str:
+    """The event id of a run's step: the same on every restart, so its round lands once."""
+    return str(uuid.uuid5(EVENT_NAMESPACE, f"{run_id}:{step}"))
 
 
 def rollouts_dir(store_root: str | os.PathLike[str], dataset: str, run: str) -> Path:
@@ -61,3 +72,66 @@ def write_rollouts(path: Path, records: Iterable[Mapping[str, Any]]) -> Path:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path
+
+
+@dataclass
+class PromptIndex:
+    """The dataset's prompts by their last user message, for rollouts that lost them.
+
+    verl dumps a prompt as the tokenizer decodes it (template words included, e.g.
+    "user\\nWhat is 2+3?\\nassistant"), which is no task a generator can reuse; TRL logs
+    the prompt but not its ground truth. A row's last user message appears verbatim in
+    verl's text, starting a line in the chat templates of Qwen, Llama 3, SmolLM and most
+    others: rows are indexed by its first line. Only rows added since the last refresh are
+    read again.
+    """
+
+    store: Store
+    dataset: str
+    version: int | None = None
+    rows: int = 0
+    by_first_line: dict[str, list[tuple[str, Any, str | None]]] = field(default_factory=dict)
+
+    def refresh(self) -> None:
+        """Index the rows of versions committed since the last refresh."""
+        head = self.store.head(self.dataset)
+        if head.version == self.version:
+            return
+        data = self.store.load(self.dataset, head.version)
+        if head.rows < self.rows:  # not an extension (a restore): index afresh
+            self.by_first_line, self.rows = {}, 0
+        column = head.prompt_key if head.prompt_key in data.column_names else "prompt"
+        new = data.select(range(self.rows, len(data))) if self.rows else data
+        for prompt, truth in _prompts_and_truths(new, column):
+            content = question_of(prompt)
+            if content:
+                first = content.splitlines()[0].strip()
+                self.by_first_line.setdefault(first, []).append((content, prompt, truth))
+        self.version, self.rows = head.version, len(data)
+
+    def lookup(self, text: str) -> tuple[Any, str | None] | None:
+        """(prompt, ground truth) of the row whose last user message is in `text`, longest."""
+        best: tuple[str, Any, str | None] | None = None
+        for line in text.splitlines():
+            for content, prompt, truth in self.by_first_line.get(line.strip(), ()):
+                if content in text and (best is None or len(content) > len(best[0])):
+                    best = (content, prompt, truth)
+        return None if best is None else (best[1], best[2])
+
+    def truth_of(self, prompt: Any) -> str | None:
+        """The ground truth of the row with this prompt's last user message, if any."""
+        content = question_of(prompt)
+        first = content.splitlines()[0].strip() if content else ""
+        for known, _, truth in self.by_first_line.get(first, ()):
+            if known == content:
+                return truth
+        return None
+
+
+def _prompts_and_truths(rows: datasets.Dataset, column: str) -> Iterator[tuple[Any, str | None]]:
+    names = [column] + (["reward_model"] if "reward_model" in rows.column_names else [])
+    for batch in rows.select_columns(names).iter(batch_size=4096):
+        truths = batch.get("reward_model") or [None] * len(batch[column])
+        for prompt, reward in zip(batch[column], truths, strict=True):
+            truth = reward.get("ground_truth") if isinstance(reward, dict) else None
+            yield prompt, None if truth is None else str(truth)

@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +28,15 @@ from typing import Any
 
 from dyngen.errors import ConfigError
 from dyngen.events import send_batch_end
-from dyngen.integrations.rollouts import rollout_record, rollouts_dir, write_rollouts
+from dyngen.integrations.rollouts import (
+    PromptIndex,
+    event_id_for,
+    rollout_record,
+    rollouts_dir,
+    write_rollouts,
+)
 from dyngen.integrations.verl_files import (
     MetricsTail,
-    PromptIndex,
     StepMetrics,
     dump_path,
     read_complete_dump,
@@ -42,7 +46,6 @@ from dyngen.store import Store
 
 logger = logging.getLogger(__name__)
 
-EVENT_NAMESPACE = uuid.UUID("6f1c1f0e-5d33-4c4e-9a55-0d7f3f1e2a10")
 MAX_METRICS = 256  # what a round's trigger accepts (dyngen.round.MAX_METRICS)
 # Kept first when a step logs more metrics than a trigger carries: what generators read.
 PREFERRED_METRICS = ("score", "reward", "acc", "response_length")
@@ -53,11 +56,6 @@ def default_run_id(dataset: str, metrics_path: Path) -> str:
     """A run id stable across restarts: the metrics file's name and absolute path."""
     digest = hashlib.sha256(str(metrics_path.resolve()).encode()).hexdigest()[:10]
     return f"{dataset}-{metrics_path.stem}-{digest}"
-
-
-def event_id_for(run_id: str, step: int) -> str:
-    """The event id of a run's step: the same on every restart, so a round lands once."""
-    return str(uuid.uuid5(EVENT_NAMESPACE, f"{run_id}:{step}"))
 
 
 def trigger_metrics(data: dict[str, Any]) -> dict[str, float]:
@@ -155,11 +153,12 @@ class VerlFollower:
         records, unmatched = [], 0
         for row in rows:
             text = str(row.get("input") or "")
-            prompt = self._prompts.lookup(text)
-            if prompt is None:
+            found = self._prompts.lookup(text)
+            if found is None:
                 unmatched += 1
-                prompt = text
-            record = rollout_record(prompt, row.get("score"), row.get("gts"))
+            prompt, truth = found if found is not None else (text, None)
+            gts = row.get("gts")
+            record = rollout_record(prompt, row.get("score"), truth if gts is None else gts)
             if record is not None:
                 records.append(record)
         if unmatched:

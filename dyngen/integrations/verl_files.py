@@ -18,15 +18,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import datasets
-
-from dyngen.integrations.rollouts import question_of
-from dyngen.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -146,51 +140,3 @@ def read_complete_dump(path: Path, settle_seconds: float,
             rows.append(row)
     seen.pop(path, None)
     return rows
-
-
-@dataclass
-class PromptIndex:
-    """Maps verl's decoded rollout input back to the dataset's prompt messages.
-
-    verl dumps the prompt as the tokenizer decodes it (template words included, e.g.
-    "user\\nWhat is 2+3?\\nassistant"), which is not a task a generator can reuse. A row's
-    last user message appears verbatim in that text, starting a line in the chat templates
-    of Qwen, Llama 3, SmolLM and most others: rows are indexed by its first line.
-    """
-
-    store: Store
-    dataset: str
-    version: int | None = None
-    rows: int = 0
-    by_first_line: dict[str, list[tuple[str, Any]]] = field(default_factory=dict)
-
-    def refresh(self) -> None:
-        """Index the rows of versions committed since the last refresh."""
-        head = self.store.head(self.dataset)
-        if head.version == self.version:
-            return
-        data = self.store.load(self.dataset, head.version)
-        if head.rows < self.rows:  # not an extension (a restore): index afresh
-            self.by_first_line, self.rows = {}, 0
-        column = head.prompt_key if head.prompt_key in data.column_names else "prompt"
-        new = data.select(range(self.rows, len(data))) if self.rows else data
-        for prompt in _column(new, column):
-            content = question_of(prompt)
-            if content:
-                first = content.splitlines()[0].strip()
-                self.by_first_line.setdefault(first, []).append((content, prompt))
-        self.version, self.rows = head.version, len(data)
-
-    def lookup(self, text: str) -> Any | None:
-        """The dataset prompt whose last user message appears in `text`, longest first."""
-        best: tuple[str, Any] | None = None
-        for line in text.splitlines():
-            for content, prompt in self.by_first_line.get(line.strip(), ()):
-                if content in text and (best is None or len(content) > len(best[0])):
-                    best = (content, prompt)
-        return None if best is None else best[1]
-
-
-def _column(rows: datasets.Dataset, name: str) -> Iterator[Any]:
-    for batch in rows.select_columns([name]).iter(batch_size=4096):
-        yield from batch[name]

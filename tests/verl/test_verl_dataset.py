@@ -150,7 +150,7 @@ def test_on_batch_end_emits_metrics_derived_from_the_batch(
 
     sent: list[tuple[str, int, Any]] = []
     monkeypatch.setattr("dyngen.dataset.emit_batch_end",
-                        lambda name, step, metrics=None, rollouts=None:
+                        lambda name, step, metrics=None, rollouts=None, **_:
                         sent.append((name, step, metrics)) or "evt-7")
     assert ds.on_batch_end(batch=batch) == "evt-7"  # ray_trainer.py: on_batch_end(batch=batch)
     assert sent == [(NAME, 7, expected)]
