@@ -96,7 +96,6 @@ class VerlFollower:
         self.tail = MetricsTail(self.metrics_path)
         self.last_step = self._load_state()
         self._waiting: deque[tuple[StepMetrics, float]] = deque()  # steps awaiting rollouts
-        self._seen_dumps: dict[Path, tuple[int, int]] = {}
         self._prompts = PromptIndex(self.store, self.dataset) if self.rollout_dir else None
 
     # ---- the loop ------------------------------------------------------------------
@@ -128,6 +127,8 @@ class VerlFollower:
             self._emit(step, rollouts)
             self._waiting.popleft()
             emitted += 1
+            if self._waiting:  # the next step's wait starts now, not while it queued
+                self._waiting[0] = (self._waiting[0][0], time.monotonic())
         return emitted
 
     # ---- one step ------------------------------------------------------------------
@@ -136,7 +137,7 @@ class VerlFollower:
         if self.rollout_dir is None:
             return None
         source = dump_path(self.rollout_dir, step)
-        rows = read_complete_dump(source, self.settle_seconds, self._seen_dumps)
+        rows = read_complete_dump(source, self.settle_seconds)
         if rows is None:
             if time.monotonic() - since < self.rollout_wait_seconds:
                 return False

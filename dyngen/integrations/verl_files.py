@@ -108,24 +108,19 @@ def dump_path(rollout_dir: Path, step: int) -> Path:
     return rollout_dir / f"{step}.jsonl"
 
 
-def read_complete_dump(path: Path, settle_seconds: float,
-                       seen: dict[Path, tuple[int, int]]) -> list[dict[str, Any]] | None:
+def read_complete_dump(path: Path, settle_seconds: float) -> list[dict[str, Any]] | None:
     """verl's rollout lines once the file is whole, else None (not there, or still growing).
 
     verl writes it line by line from a thread, after or before the step's metrics line:
-    whole means it ends with a newline, every line parses, and its size and mtime have not
-    changed for `settle_seconds` (`seen` keeps the last look at each file).
+    whole means it ends with a newline, every line parses, and it has not been written to
+    for `settle_seconds`.
     """
     try:
-        stat = path.stat()
+        if time.time() - path.stat().st_mtime < settle_seconds:
+            return None
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    now_sig = (stat.st_size, stat.st_mtime_ns)
-    previous = seen.get(path)
-    seen[path] = now_sig
-    if previous != now_sig or time.time() - stat.st_mtime < settle_seconds:
-        return None
-    data = path.read_bytes()
     if not data.endswith(b"\n"):
         return None
     rows = []
@@ -138,5 +133,4 @@ def read_complete_dump(path: Path, settle_seconds: float,
             return None
         if isinstance(row, dict):
             rows.append(row)
-    seen.pop(path, None)
     return rows

@@ -138,29 +138,31 @@ def test_follow_emits_one_batch_end_per_verl_step_with_metrics_and_rollouts(
     log = tmp_path / "serve.log"
     with serving(own_server, store, NAME, log):
         follow = spawn(follow_cmd, env, tmp_path / "follow.log", cwd=REPO)
-        trainer = Trainer(metrics, rollout_dir, qwen_tokenizer, rows)
-        trainer.validate(0)
-        for step in range(1, 7):
-            trainer.step(step)
-        wait_for_state(run_folder, 6)
-        stop(follow)  # the follower restarts mid-run: nothing is emitted twice
-        for step in range(7, 13):
-            trainer.step(step, dump_late=step == 9)
-        follow = spawn(follow_cmd, env, tmp_path / "follow.log", cwd=REPO)
-        wait_for_state(run_folder, 12)
-        trainer.stop()
-        # verl restarts from its step-10 checkpoint: the metrics file is truncated, the
-        # resumed run validates at step 10, then logs 11 and 12 again, and goes on.
-        trainer = Trainer(metrics, rollout_dir, qwen_tokenizer, rows)
-        assert metrics.stat().st_size == 0
-        trainer.validate(10)
-        for step in range(11, 21):
-            trainer.step(step, dump_late=step == 16)
-        wait_for_state(run_folder, 20)
-        trainer.stop()
-        history = wait_for_versions(store, NAME, 20, log, timeout=900)
-        finished_runs(own_server, NAME, 20, timeout=300)
-        stop(follow)
+        try:
+            trainer = Trainer(metrics, rollout_dir, qwen_tokenizer, rows)
+            trainer.validate(0)
+            for step in range(1, 7):
+                trainer.step(step)
+            wait_for_state(run_folder, 6)
+            stop(follow)  # the follower restarts mid-run: nothing is emitted twice
+            for step in range(7, 13):
+                trainer.step(step, dump_late=step == 9)
+            follow = spawn(follow_cmd, env, tmp_path / "follow.log", cwd=REPO)
+            wait_for_state(run_folder, 12)
+            trainer.stop()
+            # verl restarts from its step-10 checkpoint: the metrics file is truncated, the
+            # resumed run validates at step 10, then logs 11 and 12 again, and goes on.
+            trainer = Trainer(metrics, rollout_dir, qwen_tokenizer, rows)
+            assert metrics.stat().st_size == 0
+            trainer.validate(10)
+            for step in range(11, 21):
+                trainer.step(step, dump_late=step == 16)
+            wait_for_state(run_folder, 20)
+            trainer.stop()
+            history = wait_for_versions(store, NAME, 20, log, timeout=900)
+            finished_runs(own_server, NAME, 20, timeout=300)
+        finally:
+            stop(follow)
 
     # One batch end per step reached the server, and one round committed per step.
     assert sorted(server_steps(own_server.api_url, NAME, 20)) == list(range(1, 21))
