@@ -124,7 +124,8 @@ def test_a_failing_metrics_fn_does_not_stop_training(
         store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     sent: list[object] = []
     monkeypatch.setattr("dyngen.dataset.emit_batch_end",
-                        lambda dataset, step, metrics=None, rollouts=None: sent.append(metrics))
+                        lambda dataset, step, metrics=None, rollouts=None, **_:
+                        sent.append(metrics))
 
     def broken(batch: object) -> dict[str, float]:
         raise KeyError("score")
