@@ -71,6 +71,16 @@ def max_events() -> int:
 class SendError(Exception):
     """The server did not take a batch of events (unreachable, or not a 2xx answer)."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused(self) -> bool:
+        """The server answered that the request itself is bad: resending will not help."""
+        return self.status is not None and 400 <= self.status < 500 \
+            and self.status not in (408, 409, 429)
+
 
 class Outbox:
     """Events waiting for one Prefect server each, on local disk."""
@@ -120,13 +130,34 @@ class Outbox:
             try:
                 send_events(api_url, [e for e in events if e is not None])
             except SendError as exc:
-                return sent, str(exc)
+                if not exc.refused:
+                    return sent, str(exc)
+                try:  # one bad event must not hold back the rest: send them one by one
+                    self._send_singly(api_url, events)
+                except SendError as again:  # the ones sent go again later, harmlessly
+                    return sent, str(again)
             for path in batch:  # only now: a crash before this line re-sends, harmlessly
                 if path is not None:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
             sent += len(batch)
         return sent, None
+
+    def _send_singly(self, api_url: str,
+                     events: list[dict[str, Any] | Mapping[str, Any] | None]) -> None:
+        """Send each event alone; keep one the server refuses in `refused/`, and say so."""
+        for event in events:
+            if event is None:
+                continue
+            try:
+                send_events(api_url, [event])
+            except SendError as exc:
+                if not exc.refused:
+                    raise
+                kept = self._write(api_url, event, sub="refused")
+                logger.warning("dyngen: the Prefect server refused batch-end event %s (%s); "
+                               "it is kept in %s and not sent again", _describe(event), exc,
+                               kept)
 
     def _queue_or_drop(self, api_url: str, event: Mapping[str, Any] | None, reason: str,
                        delivered: int = 0) -> Delivery:
@@ -140,8 +171,8 @@ class Outbox:
         _full_warned.discard(self.folder(api_url))
         return Delivery("queued", delivered, len(queued) + 1, reason)
 
-    def _write(self, api_url: str, event: Mapping[str, Any]) -> Path:
-        folder = self.folder(api_url)
+    def _write(self, api_url: str, event: Mapping[str, Any], sub: str = "") -> Path:
+        folder = self.folder(api_url) / sub if sub else self.folder(api_url)
         folder.mkdir(parents=True, exist_ok=True)
         server_note = folder / "server.txt"
         if not server_note.exists():
@@ -217,7 +248,7 @@ def send_events(api_url: str, events: list[Mapping[str, Any]]) -> None:
                         f"({type(exc).__name__})") from exc
     if not response.is_success:
         raise SendError(f"the Prefect server at {api_url} answered HTTP "
-                        f"{response.status_code}: {response.text[:200]}")
+                        f"{response.status_code}: {response.text[:200]}", response.status_code)
 
 
 def auth_headers() -> dict[str, str]:

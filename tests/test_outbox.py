@@ -63,7 +63,7 @@ def test_queued_events_go_first_in_order_once_when_the_server_takes_them(
     assert server_steps(live, "outbox-order", 4) == [1, 2, 3, 4]
 
 
-def test_an_unreadable_outbox_file_is_skipped_and_the_rest_delivered(
+def test_an_unreadable_or_refused_event_does_not_hold_back_the_rest(
         outbox_dir: Path, prefect_server: None, caplog: pytest.LogCaptureFixture) -> None:
     from prefect.settings import PREFECT_API_URL
 
@@ -72,11 +72,15 @@ def test_an_unreadable_outbox_file_is_skipped_and_the_rest_delivered(
     box._write(live, events.batch_end_event("outbox-bad", events.batch_end_payload(1)))
     bad = box._write(live, {"x": 1})
     bad.write_text("{not json")
+    refused = box._write(live, {"event": "no resource", "payload": {"trigger": {"step": 2}}})
     box._write(live, events.batch_end_event("outbox-bad", events.batch_end_payload(3)))
     caplog.set_level(logging.WARNING, logger="dyngen.outbox")
     result = events.flush_outbox(live)
     assert (result.status, result.pending) == ("sent", 0)
     assert str(bad) in caplog.text and "not an event" in caplog.text
+    assert "refused batch-end event" in caplog.text and "step 2" in caplog.text
+    kept = list((refused.parent / "refused").glob("*.json"))  # kept for a human, not resent
+    assert [json.loads(k.read_text())["event"] for k in kept] == ["no resource"]
     assert server_steps(live, "outbox-bad", 2) == [1, 3]
 
 

@@ -82,7 +82,9 @@ class DyngenCallback(TrainerCallback):
         step = int(state.global_step)
         if step % self.every_n_steps or step in self.results:
             return
-        run = self.run_id or _run_id(Path(args.output_dir), step, None)
+        if self.run_id is None:  # on_log without on_train_begin (a caller of its own)
+            self.run_id = _run_id(Path(args.output_dir), step, None)
+        run = self.run_id
         metrics = {k: float(v) for k, v in (logs or {}).items() if not isinstance(v, bool)
                    and isinstance(v, (int, float)) and math.isfinite(v)}
         try:
