@@ -81,16 +81,23 @@ class PromptIndex:
     verl dumps a prompt as the tokenizer decodes it (template words included, e.g.
     "user\\nWhat is 2+3?\\nassistant"), which is no task a generator can reuse; TRL logs
     the prompt but not its ground truth. A row's last user message appears verbatim in
-    verl's text, starting a line in the chat templates of Qwen, Llama 3, SmolLM and most
-    others: rows are indexed by its first line. Only rows added since the last refresh are
-    read again.
+    verl's text, near the start of a line in every common chat template (Qwen and SmolLM:
+    a line of its own; Llama 3: the template's next word follows on its line; Mistral:
+    after "[INST]"). Rows are indexed by the first PREFIX characters of that message; a
+    text is looked up at each of the first few word starts of each line, and a candidate
+    counts only if its whole message is in the text. Only rows added since the last
+    refresh are read again.
     """
 
     store: Store
     dataset: str
     version: int | None = None
     rows: int = 0
-    by_first_line: dict[str, list[tuple[str, Any, str | None]]] = field(default_factory=dict)
+    by_prefix: dict[str, list[tuple[str, Any, str | None]]] = field(default_factory=dict)
+    prefix_lengths: set[int] = field(default_factory=set)
+
+    PREFIX = 32
+    WORD_STARTS = 4  # word starts tried per line: template words may precede the message
 
     def refresh(self) -> None:
         """Index the rows of versions committed since the last refresh."""
@@ -99,33 +106,48 @@ class PromptIndex:
             return
         data = self.store.load(self.dataset, head.version)
         if head.rows < self.rows:  # not an extension (a restore): index afresh
-            self.by_first_line, self.rows = {}, 0
+            self.by_prefix, self.prefix_lengths, self.rows = {}, set(), 0
         column = head.prompt_key if head.prompt_key in data.column_names else "prompt"
         new = data.select(range(self.rows, len(data))) if self.rows else data
         for prompt, truth in _prompts_and_truths(new, column):
             content = question_of(prompt)
             if content:
-                first = content.splitlines()[0].strip()
-                self.by_first_line.setdefault(first, []).append((content, prompt, truth))
+                key = content[: self.PREFIX]
+                self.prefix_lengths.add(len(key))
+                self.by_prefix.setdefault(key, []).append((content, prompt, truth))
         self.version, self.rows = head.version, len(data)
 
     def lookup(self, text: str) -> tuple[Any, str | None] | None:
         """(prompt, ground truth) of the row whose last user message is in `text`, longest."""
         best: tuple[str, Any, str | None] | None = None
-        for line in text.splitlines():
-            for content, prompt, truth in self.by_first_line.get(line.strip(), ()):
-                if content in text and (best is None or len(content) > len(best[0])):
-                    best = (content, prompt, truth)
+        for start in self._starts(text):
+            for length in self.prefix_lengths:
+                for content, prompt, truth in self.by_prefix.get(text[start:start + length], ()):
+                    if (best is None or len(content) > len(best[0])) \
+                            and text.startswith(content, start):
+                        best = (content, prompt, truth)
         return None if best is None else (best[1], best[2])
 
     def truth_of(self, prompt: Any) -> str | None:
         """The ground truth of the row with this prompt's last user message, if any."""
         content = question_of(prompt)
-        first = content.splitlines()[0].strip() if content else ""
-        for known, _, truth in self.by_first_line.get(first, ()):
+        for known, _, truth in self.by_prefix.get(content[: self.PREFIX], ()):
             if known == content:
                 return truth
         return None
+
+    def _starts(self, text: str) -> Iterator[int]:
+        """Offsets of the first few word starts of every line of `text`."""
+        for match in re.finditer(r"^[ \t]*", text, re.MULTILINE):
+            pos, found = match.end(), 0
+            while found < self.WORD_STARTS and pos < len(text) and text[pos] != "\n":
+                yield pos
+                found += 1
+                space = text.find(" ", pos)
+                newline = text.find("\n", pos)
+                if space < 0 or (0 <= newline < space):
+                    break
+                pos = space + 1
 
 
 def _prompts_and_truths(rows: datasets.Dataset, column: str) -> Iterator[tuple[Any, str | None]]:

@@ -135,3 +135,18 @@ def test_follow_needs_an_existing_dataset(tmp_path: Path) -> None:
 
     with pytest.raises(DatasetNotFoundError):
         VerlFollower(tmp_path / "store", "absent", tmp_path / "m.jsonl")
+
+
+@pytest.mark.parametrize("decoded", [
+    "system\nSolve the problem.\nuser\nWhat is 2 + 2?\nassistant\n",  # Qwen, SmolLM
+    "system\n\nSolve the problem.user\n\nWhat is 2 + 2?assistant\n\n",  # Llama 3
+    "[INST] Solve the problem.\n\nWhat is 2 + 2? [/INST]",  # Mistral
+])
+def test_decoded_prompts_of_common_templates_map_back_to_the_row(
+        store: Store, decoded: str) -> None:
+    from dyngen.integrations.rollouts import PromptIndex
+
+    index = PromptIndex(store, NAME)
+    index.refresh()
+    assert index.lookup(decoded) == (verl_rows(3)[2]["prompt"], "4")
+    assert index.lookup("user\nWhat is 22 + 2?\nassistant") is None  # a prefix is no match
