@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from dyngen.cli_trainers import emit_command, follow_command
 from dyngen.errors import DatasetNotFoundError, DyngenError
 from dyngen.progress import progress_bar
 from dyngen.store import Store, VersionRecord, gc, verify
@@ -409,39 +410,6 @@ def serve_(
     serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches)
 
 
-@app.command("emit")
-def emit(
-    ctx: typer.Context, name: Name,
-    step: Annotated[int, typer.Option(min=0, help="The training step that just ended.")],
-    metric: Annotated[list[str] | None, typer.Option(
-        help="A batch metric as key=value (repeatable), e.g. --metric score=0.61.")] = None,
-    rollouts: Annotated[str | None, typer.Option(help="Path of the batch's rollouts file.")]
-    = None,
-    event_id: Annotated[str | None, typer.Option(help="Event id (default: a new UUID).")]
-    = None,
-) -> None:
-    """Emit a training batch-end event, as a trainer would."""
-    from dyngen.errors import ConfigError
-    from dyngen.events import emit_batch_end
-    from dyngen.store.names import validate_name
-
-    state = _state(ctx)
-    metrics: dict[str, float] = {}
-    for item in metric or []:
-        key, sep, value = item.partition("=")
-        try:
-            metrics[key] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not key:
-            raise ConfigError(f"--metric: expected key=number, found {item!r}.")
-    sent = emit_batch_end(validate_name(name), step, metrics, rollouts, event_id=event_id)
-    if sent is None:
-        raise typer.Exit(1)
-    state.out.print(f"emitted dyngen.batch.ended for {name!r} step {step} (event {sent})",
-                    markup=False)
-
-
 @app.command("demo")
 def demo(
     ctx: typer.Context,
@@ -477,6 +445,11 @@ def datasets_(ctx: typer.Context) -> None:
         _add_row(table, dataset, f"v{head.version}", str(head.rows),
                  head.created_at[:19].replace("T", " "))
     state.out.print(table)
+
+
+# The trainer-facing commands live in their own module; registered here, on this app.
+app.command("emit")(emit_command)
+app.command("follow")(follow_command)
 
 
 # ---- formatting ----------------------------------------------------------------------

@@ -102,14 +102,15 @@ class DyngenDataset:
 
     # ---- growing ---------------------------------------------------------------------
     def on_batch_end(self, batch: Any = None, *, step: int | None = None,
-                     metrics: Mapping[str, float] | None = None,
-                     rollouts: str | None = None) -> str | dict[str, Any] | None:
+                     metrics: Mapping[str, float] | None = None, rollouts: str | None = None,
+                     event_id: str | None = None) -> str | dict[str, Any] | None:
         """Count a finished training batch; every N batches ask for a round; then refresh.
 
         Returns the event id (emit mode), the round's summary (inline mode), or None when
         this batch asks for nothing or the request failed. Never raises: a failed request
         is logged and training goes on. `step` defaults to the number of batches seen;
-        `metrics` to `metrics_fn(batch)` when a `metrics_fn` was given.
+        `metrics` to `metrics_fn(batch)` when a `metrics_fn` was given; `event_id` (the
+        round's idempotency key) to a new UUID.
         """
         self.batches += 1
         step = self.batches if step is None else int(step)
@@ -118,9 +119,9 @@ class DyngenDataset:
             if metrics is None and self.metrics_fn is not None:
                 metrics = self._metrics_of(batch, step)
             if self.mode == "emit":
-                result = emit_batch_end(self.name, step, metrics, rollouts)
+                result = emit_batch_end(self.name, step, metrics, rollouts, event_id=event_id)
             else:
-                result = self._run_inline(step, metrics, rollouts)
+                result = self._run_inline(step, metrics, rollouts, event_id)
         try:
             self.refresh()
         except Exception as exc:  # a half-visible store must not stop training
@@ -137,11 +138,11 @@ class DyngenDataset:
             return None
 
     def _run_inline(self, step: int, metrics: Mapping[str, float] | None,
-                    rollouts: str | None) -> dict[str, Any] | None:
+                    rollouts: str | None, event_id: str | None = None) -> dict[str, Any] | None:
         # The core never imports flows at module level: Prefect-side code stays at the edge.
         from flows.generation_round import generation_round
 
-        trigger = batch_end_payload(step, metrics, rollouts)["trigger"]
+        trigger = batch_end_payload(step, metrics, rollouts, event_id)["trigger"]
         try:
             ensure_prefect_api()  # without PREFECT_API_URL: a temporary server, started once
             return generation_round(self.name, config=self.round_config, trigger=trigger)

@@ -6,6 +6,8 @@ Event scheme (documented in the README; the deployment trigger matches on it):
   payload   {"trigger": {"event_id", "step", "metrics", "rollouts"}}
 The trigger mapping is passed unchanged to `generation_round(trigger=...)`, which
 validates it; its event id becomes the round's idempotency key.
+Events go out through `POST /api/events` (the server answers once it has taken them);
+one the server cannot take waits in the local outbox (`dyngen.outbox`) until it can.
 """
 
 from __future__ import annotations
@@ -14,13 +16,25 @@ import logging
 import math
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from dyngen.errors import ConfigError
+from dyngen.outbox import (
+    FLUSH_BUDGET_SECONDS,
+    LOCK_WAIT_SECONDS,
+    SEND_TIMEOUT_SECONDS,
+    Delivery,
+    Outbox,
+    Status,
+)
 
 EVENT_NAME = "dyngen.batch.ended"
 RESOURCE_PREFIX = "dyngen.dataset."
 DATASET_LABEL = "dyngen.dataset"
-HEALTH_TIMEOUT_SECONDS = 2.0
-DRAIN_TIMEOUT_SECONDS = 5.0
+# The longest an emit can take: waiting for another process's delivery, draining a backlog
+# within its budget, and the last batch's request. A dead server costs milliseconds.
+MAX_EMIT_SECONDS = LOCK_WAIT_SECONDS + FLUSH_BUDGET_SECONDS + SEND_TIMEOUT_SECONDS
 
 logger = logging.getLogger(__name__)
 _server_down = False  # warn once per outage, not once per batch
@@ -45,77 +59,91 @@ def batch_end_payload(step: int, metrics: Mapping[str, float] | None = None,
                         "metrics": clean, "rollouts": rollouts}}
 
 
+def batch_end_event(dataset: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The Prefect event for a batch end, as the JSON the server's `POST /events` takes."""
+    from prefect.events import Event
+
+    event = Event(event=EVENT_NAME,
+                  resource={"prefect.resource.id": resource_id(dataset),
+                            "prefect.resource.name": dataset, DATASET_LABEL: dataset},
+                  payload=dict(payload))
+    return event.model_dump(mode="json")
+
+
 def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None = None,
                    rollouts: str | None = None, *, event_id: str | None = None,
                    api_url: str | None = None) -> str | None:
-    """Emit `dyngen.batch.ended` for `dataset`; return the event id, or None if not sent.
+    """Emit `dyngen.batch.ended` for `dataset`; return the event id, or None if dropped.
 
-    Never raises: with the Prefect server unreachable it logs one warning per outage and
-    returns within a few seconds, so a training loop goes on.
+    Never raises and never waits more than a few seconds. An event the server cannot take
+    now waits in the local outbox (`dyngen.outbox`) and is delivered, in order, by the
+    next emit that reaches the server or by `dyngen emit --flush`; its id is returned
+    too. None means it was not kept: no server configured, or the outbox is full.
     """
+    delivery = send_batch_end(dataset, step, metrics, rollouts, event_id=event_id,
+                              api_url=api_url)
+    return delivery.event_id if delivery.status != "dropped" else None
+
+
+@dataclass(frozen=True)
+class BatchEndDelivery:
+    """An emitted event's id and what became of it (see `dyngen.outbox.Delivery`)."""
+
+    event_id: str
+    status: Status
+    delivered: int = 0
+    pending: int = 0
+
+
+def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None = None,
+                   rollouts: str | None = None, *, event_id: str | None = None,
+                   api_url: str | None = None) -> BatchEndDelivery:
+    """`emit_batch_end`, telling whether the event was sent, queued or dropped."""
     global _server_down
+    payload = batch_end_payload(step, metrics, rollouts, event_id)
+    event_id = str(payload["trigger"]["event_id"])
     try:
-        from prefect.events import emit_event
-        from prefect.events.worker import EventsWorker
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import PREFECT_API_URL
 
         url = api_url or PREFECT_API_URL.value()
         if not url:
-            return _not_sent(dataset, step, "PREFECT_API_URL is not set")
-        reachable, why = _healthy(url)
-        if not reachable:
-            return _not_sent(dataset, step, f"the Prefect server at {url} is unreachable ({why})")
-        payload = batch_end_payload(step, metrics, rollouts, event_id)
-        # A worker already running in this process may be bound to another server: flush
-        # and stop it, so the one started below sends to `url`.
-        _drain_quietly(EventsWorker)
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            emit_event(
-                event=EVENT_NAME,
-                resource={"prefect.resource.id": resource_id(dataset),
-                          "prefect.resource.name": dataset, DATASET_LABEL: dataset},
-                payload=payload,
-            )
-            # Events are sent by a background worker; waiting for it here (milliseconds on
-            # a reachable server) means "returned an id" also means "delivered".
-            _drain_quietly(EventsWorker)
+            _not_sent(dataset, step, "PREFECT_API_URL is not set", kept=False)
+            return BatchEndDelivery(event_id, "dropped")
+        result = Outbox().deliver(url, batch_end_event(dataset, payload))
     except Exception as exc:  # a trainer must never die because of bookkeeping
-        return _not_sent(dataset, step, f"{type(exc).__name__}: {exc}")
-    if _server_down:
-        logger.warning("dyngen: the Prefect server is reachable again; batch-end events resume")
-        _server_down = False
-    return str(payload["trigger"]["event_id"])
+        _not_sent(dataset, step, f"{type(exc).__name__}: {exc}", kept=False)
+        return BatchEndDelivery(event_id, "dropped")
+    if result.status == "sent":
+        if _server_down:
+            logger.warning("dyngen: the Prefect server is reachable again; batch-end events "
+                           "resume (%d sent from the outbox)", result.delivered - 1)
+            _server_down = False
+    elif result.status == "queued":
+        _not_sent(dataset, step, result.reason, kept=True)
+    return BatchEndDelivery(event_id, result.status, result.delivered, result.pending)
 
 
-def _drain_quietly(worker: Any) -> None:
-    """Flush and stop Prefect's event workers (which log every drain as a warning)."""
-    worker_log = logging.getLogger("EventsWorker")
-    level = worker_log.level
-    worker_log.setLevel(logging.ERROR)
-    try:
-        worker.drain_all(timeout=DRAIN_TIMEOUT_SECONDS)
-    finally:
-        worker_log.setLevel(level)
+def flush_outbox(api_url: str | None = None) -> Delivery:
+    """Deliver the events queued for the server (default: PREFECT_API_URL), in order."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = api_url or PREFECT_API_URL.value()
+    if not url:
+        raise ConfigError("PREFECT_API_URL is not set: expected the address of the Prefect "
+                          "server the queued events are for. Set it (e.g. "
+                          "http://127.0.0.1:4200/api) and flush again.")
+    return Outbox().deliver(url)
 
 
-def _healthy(url: str) -> tuple[bool, str]:
-    import httpx
-
-    try:
-        response = httpx.get(f"{url.rstrip('/')}/health", timeout=HEALTH_TIMEOUT_SECONDS)
-    except httpx.HTTPError as exc:
-        return False, type(exc).__name__
-    return response.status_code == 200, f"HTTP {response.status_code}"
-
-
-def _not_sent(dataset: str, step: int, why: str) -> None:
+def _not_sent(dataset: str, step: int, why: str, *, kept: bool) -> None:
     global _server_down
     if not _server_down:
+        what = ("it waits in the outbox and is sent, in order, once the server is back (the "
+                "next emit, or `dyngen emit --flush`)" if kept
+                else "no generation round runs for it")
         logger.warning("dyngen: batch-end event for dataset %r step %s was not sent: %s. "
-                       "Training continues; no generation round runs for it. Start the server "
-                       "(`prefect server start` or `dyngen demo --keep-server`) to resume.",
-                       dataset, step, why)
+                       "Training continues; %s. Start the server (`prefect server start` or "
+                       "`dyngen demo --keep-server`) to resume.", dataset, step, why, what)
         _server_down = True
     else:
         logger.debug("dyngen: batch-end event for %r step %s not sent: %s", dataset, step, why)
-    return None

@@ -49,7 +49,11 @@ def prefect_env(home: Path, api_url: str | None = None,
            # the server restarts can still renew and release it.
            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE":
                "prefect.server.concurrency.lease_storage.filesystem",
-           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+           # SQLite waits up to this long for a lock. At the default 10 s a loaded machine
+           # gets "database is locked", a 503 inside the trigger's run-deployment action,
+           # and Prefect does not retry it: that batch end's round never runs.
+           "PREFECT_SERVER_DATABASE_TIMEOUT": "60"}
     if api_url:
         env["PREFECT_API_URL"] = api_url
     env.update(extra or {})

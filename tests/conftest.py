@@ -20,6 +20,8 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PREFECT_API_URL", None)
+# Events queued while a test's server is down go to a throwaway outbox, never ~/.cache.
+os.environ["DYNGEN_OUTBOX"] = tempfile.mkdtemp(prefix="dyngen-outbox-")
 
 
 @pytest.fixture(scope="session")
@@ -62,12 +64,13 @@ collect_ignore_glob = [] if importlib.util.find_spec("verl") else ["verl/*"]
 
 
 @pytest.fixture
-def no_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Prefect pointed at a port where no server listens; the outage not yet reported."""
+def no_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Prefect pointed at a port where no server listens, an empty outbox, no outage yet."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     import dyngen.events as events
 
     monkeypatch.setattr(events, "_server_down", False)
+    monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
     with temporary_settings(updates={PREFECT_API_URL: UNUSED_API}):
         yield

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 
 # The discard port: nothing listens there, so Prefect calls to it fail at once.
@@ -14,3 +15,23 @@ def write(path: Path, source: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(source))
     return path
+
+
+def server_steps(api_url: str, dataset: str, count: int) -> list[int]:
+    """Steps of the dataset's batch-end events the server recorded (once `count` are)."""
+    import httpx
+
+    from dyngen.events import EVENT_NAME, resource_id
+
+    body = {"filter": {"event": {"name": [EVENT_NAME]},
+                       "resource": {"id": [resource_id(dataset)]},
+                       "order": "ASC"}, "limit": 50}
+    deadline = time.monotonic() + 30
+    while True:  # the server persists events every half second
+        answer = httpx.post(f"{api_url}/events/filter", json=body, timeout=10)
+        assert answer.status_code == 200, answer.text
+        found = answer.json()["events"]
+        if len(found) >= count or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    return [e["payload"]["trigger"]["step"] for e in found]

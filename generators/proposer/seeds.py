@@ -18,6 +18,7 @@ from typing import Any
 import datasets
 
 from dyngen.errors import ConfigError
+from dyngen.integrations.rollouts import question_of
 from generators.proposer.checking import normalise
 
 
@@ -30,15 +31,6 @@ class Seed:
     score: float | None
     truth: str | None = None  # the seed's ground truth, when known
     system: tuple[dict[str, str], ...] = ()  # the seed's system messages, kept for new rows
-
-
-def question_of(prompt: Any) -> str:
-    """The task text of a prompt: a plain string, or its last user message."""
-    if isinstance(prompt, str):
-        return prompt.strip()
-    users = [m.get("content") or "" for m in prompt or () if isinstance(m, dict)
-             and m.get("role") == "user"]
-    return users[-1].strip() if users else ""
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -1,0 +1,279 @@
+"""Hugging Face TRL (and any `transformers.Trainer`): a callback and a growing dataset.
+
+- `DyngenCallback` asks for a round after every logged training step (`logging_steps=1`
+  for every step): `on_log(logs=...)` is where TRL's GRPOTrainer hands its metrics
+  (`reward`, `reward_std`, `rewards/<fn>/mean`, ...) to callbacks. Given the trainer, it
+  also writes the step's completions (TRL's completion log, which `log_completions=True`
+  prints) as the round's rollouts file, each with its weighted reward as the score.
+- `FollowingDataset` is a `datasets.IterableDataset` over the newest committed version:
+  a seeded permutation per pass, with rows committed meanwhile served first, so a round's
+  rows are drawn within a block or two. Each block of `block_rows` rows reads the version
+  the ranks agree on (the first rank to reach the block writes it down under the run's
+  folder), so every rank sees the same sequence.
+
+Neither imports TRL; install it with `pip install 'dyngen[trl]'`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+from datasets.iterable_dataset import ExamplesIterable
+from transformers import TrainerCallback
+
+from dyngen.dataset import DyngenDataset, Mode
+from dyngen.errors import ConfigError
+from dyngen.integrations.rollouts import (
+    PromptIndex,
+    event_id_for,
+    rollout_record,
+    rollouts_dir,
+    safe_run_name,
+    write_rollouts,
+)
+from dyngen.store import Store
+
+logger = logging.getLogger(__name__)
+RUN_FILE = "dyngen-run.json"  # in the trainer's output_dir: the run id a resume keeps
+
+
+def _store_root(store_root: str | os.PathLike[str] | None) -> Path:
+    return Path(store_root or os.environ.get("DYNGEN_STORE_ROOT") or "dyngen_store")
+
+
+class DyngenCallback(TrainerCallback):
+    """Asks for a generation round after each logged training step of a Trainer."""
+
+    def __init__(self, dataset: str, store_root: str | os.PathLike[str] | None = None, *,
+                 trainer: Any = None, every_n_steps: int = 1, run_id: str | None = None,
+                 mode: Mode = "emit", config: Mapping[str, Any] | None = None) -> None:
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) \
+                or every_n_steps < 1:
+            raise ConfigError(f"every_n_steps: expected an integer >= 1, found "
+                              f"{every_n_steps!r}. Set logging_steps=1 and every_n_steps=1 "
+                              "for a round after every step.")
+        self.source = DyngenDataset(_store_root(store_root), dataset, mode=mode, config=config)
+        self.dataset = dataset
+        self.trainer = trainer
+        self.every_n_steps = every_n_steps
+        self.run_id = run_id
+        self.results: dict[int, Any] = {}  # step -> event id or inline round summary
+        self._prompts = PromptIndex(self.source.store, dataset)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Settle the run id: given, else kept in output_dir across resumes, else new."""
+        if self.run_id is None and state.is_world_process_zero:
+            self.run_id = _run_id(Path(args.output_dir), state.global_step,
+                                  getattr(args, "run_name", None))
+
+    def on_log(self, args: Any, state: Any, control: Any,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """A training step's log: ask for a round with its metrics and completions."""
+        if not state.is_world_process_zero or not _is_step_log(logs):
+            return
+        step = int(state.global_step)
+        if step % self.every_n_steps or step in self.results:
+            return
+        if self.run_id is None:  # on_log without on_train_begin (a caller of its own)
+            self.run_id = _run_id(Path(args.output_dir), step, None)
+        run = self.run_id
+        metrics = {k: float(v) for k, v in (logs or {}).items() if not isinstance(v, bool)
+                   and isinstance(v, (int, float)) and math.isfinite(v)}
+        try:
+            rollouts = self._write_rollouts(run, step)
+        except Exception as exc:  # bookkeeping must never stop training
+            logger.warning("dyngen: step %d's completions not written (%s: %s); the round is "
+                           "asked for without rollouts", step, type(exc).__name__, exc)
+            rollouts = None
+        self.results[step] = self.source.on_batch_end(
+            step=step, metrics=metrics, rollouts=rollouts, event_id=event_id_for(run, step))
+
+    def _write_rollouts(self, run: str, step: int) -> str | None:
+        """The trainer's latest completions as a rollouts file, or None without them."""
+        logged = getattr(self.trainer, "_logs", None)
+        if not isinstance(logged, Mapping) or not logged.get("prompt"):
+            return None
+        prompts = list(logged["prompt"])
+        names = list(getattr(self.trainer, "reward_func_names", None) or logged["rewards"])
+        weights = getattr(self.trainer, "reward_weights", None)
+        weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
+        columns = [list(logged["rewards"].get(name, [])) for name in names]
+        self._prompts.refresh()
+        records = []
+        for i, prompt in enumerate(prompts):
+            parts = [w * col[i] for w, col in zip(weights, columns, strict=True)
+                     if i < len(col) and col[i] is not None and not math.isnan(col[i])]
+            record = rollout_record(prompt, sum(parts) if parts else None,
+                                    self._prompts.truth_of(prompt))
+            if record is not None:
+                records.append(record)
+        if not records:
+            return None
+        path = rollouts_dir(self.source.store.root, self.dataset, run) / f"step-{step:08d}.jsonl"
+        return str(write_rollouts(path, records))
+
+
+def _is_step_log(logs: Mapping[str, Any] | None) -> bool:
+    """A training step's log, not an evaluation's or the end-of-training summary."""
+    if not logs or "train_runtime" in logs or any(str(k).startswith("eval_") for k in logs):
+        return False
+    return "loss" in logs or "reward" in logs or any(str(k).startswith("rewards/") for k in logs)
+
+
+def _run_id(output_dir: Path, global_step: int, run_name: str | None) -> str:
+    """The run's id: a fresh run gets a new one; a resumed run (step > 0) keeps its own."""
+    path = output_dir / RUN_FILE
+    if global_step > 0 and path.is_file():
+        try:
+            return str(json.loads(path.read_text())["run_id"])
+        except (ValueError, KeyError, TypeError):
+            logger.warning("dyngen: %s is unreadable; this run gets a new id", path)
+    run = safe_run_name(f"{run_name or output_dir.name}-{os.urandom(4).hex()}")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"run_id": run}))
+    return run
+
+
+class FollowingDataset(datasets.IterableDataset):
+    """The rows of the newest committed version, as an endless, seeded stream.
+
+    Pass `max_steps` to the trainer (the stream never ends). Rows are the stored rows
+    (verl's schema plus `_dyngen_*` provenance); the prompt column the dataset was
+    imported with is also served as `prompt`, the column TRL reads. `shuffle` (which TRL
+    calls) reseeds the stream instead of adding a buffer that would hold new rows back.
+    """
+
+    def __init__(self, store_root: str | os.PathLike[str] | None, dataset: str, *,
+                 seed: int = 0, block_rows: int = 16, run_id: str | None = None) -> None:
+        if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
+            raise ConfigError(f"block_rows: expected an integer >= 1, found {block_rows!r}.")
+        self.store_root, self.dataset_name = _store_root(store_root), dataset
+        self.seed, self.block_rows, self.run_id = seed, block_rows, run_id
+        Store(self.store_root).head(dataset)  # fails now, naming the store, if missing
+        stream = RowStream(self.store_root, dataset, seed, block_rows, run_id)
+        super().__init__(ExamplesIterable(stream, {}))
+
+    def shuffle(self, seed: int | None = None, generator: Any = None,
+                buffer_size: int = 1000) -> FollowingDataset:
+        """The same stream with another seed: it is shuffled already, pass by pass."""
+        return FollowingDataset(self.store_root, self.dataset_name,
+                                seed=self.seed if seed is None else seed,
+                                block_rows=self.block_rows, run_id=self.run_id)
+
+
+class RowStream:
+    """Yields (key, row): fresh rows of newer versions first, then a seeded pass over all."""
+
+    def __init__(self, store_root: Path, dataset: str, seed: int, block_rows: int,
+                 run_id: str | None) -> None:
+        self.store_root, self.dataset, self.seed = store_root, dataset, seed
+        self.block_rows, self.run_id = block_rows, run_id
+
+    def __call__(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The stream; every rank computes the same one from the same agreed versions."""
+        store = Store(self.store_root)
+        agree = _Agreement.for_ranks(store.root, self.dataset, self.run_id)
+        plan = _Plan(self.seed)
+        data, record = None, None
+        block = 0
+        while True:
+            version = agree.version(block, lambda: store.head(self.dataset).version)
+            if record is None or version != record.version:
+                new_record = store.record(self.dataset, version)
+                data = store.load(self.dataset, version)
+                plan.update(record, new_record)
+                record = new_record
+            assert data is not None
+            prompt_key = record.prompt_key
+            for j, index in enumerate(plan.take(self.block_rows, len(data))):
+                row = data[int(index)]
+                if prompt_key != "prompt" and prompt_key in row:
+                    row["prompt"] = row[prompt_key]
+                yield f"{block}-{j}", row
+            block += 1
+
+
+class _Plan:
+    """Which rows come next: rows new since the last version first, then seeded passes."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.fresh: list[int] = []
+        self.order: np.ndarray = np.arange(0)
+        self.cursor = 0
+        self.epoch = 0
+
+    def update(self, old: Any, new: Any) -> None:
+        """Serve the rows `new` adds to `old` first; a version that does not extend restarts."""
+        if old is not None and new.shards[: len(old.shards)] == old.shards:
+            self.fresh.extend(range(old.rows, new.rows))
+        else:
+            self.fresh, self.order, self.cursor = [], np.arange(0), 0
+
+    def take(self, count: int, rows: int) -> list[int]:
+        """The next `count` row indices of a version with `rows` rows."""
+        out = self.fresh[:count]
+        self.fresh = self.fresh[count:]
+        while len(out) < count and rows:
+            if self.cursor >= len(self.order):
+                rng = np.random.default_rng([self.seed, self.epoch])
+                self.order, self.cursor, self.epoch = rng.permutation(rows), 0, self.epoch + 1
+            take = self.order[self.cursor:self.cursor + count - len(out)]
+            self.cursor += len(take)
+            out.extend(int(i) for i in take)
+        return out
+
+
+class _Agreement:
+    """Which version each block reads: the head on one rank; written down for many."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+
+    @classmethod
+    def for_ranks(cls, store_root: Path, dataset: str, run_id: str | None) -> _Agreement:
+        """No files for one process; a folder under the run's rollouts folder for many."""
+        world = _world_size()
+        if world <= 1:
+            return cls(None)
+        if not run_id:
+            raise ConfigError(f"FollowingDataset on {world} ranks: expected run_id (the same "
+                              "on every rank, new for each training run), found none. Every "
+                              "rank must read the same version per block to see the same rows.")
+        return cls(rollouts_dir(store_root, dataset, run_id) / "blocks")
+
+    def version(self, block: int, head: Any) -> int:
+        """The version block `block` reads: the first rank to get there decides."""
+        if self.folder is None:
+            return int(head())
+        path = self.folder / f"{block:012d}"
+        if not path.exists():
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = self.folder / f".{block:012d}.{os.getpid()}.tmp"
+            tmp.write_text(str(int(head())))
+            try:
+                os.link(tmp, path)  # exclusive: exactly one rank's choice lands
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        return int(path.read_text())
+
+
+def _world_size() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except ImportError:
+        pass
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)

@@ -1,0 +1,203 @@
+"""`dyngen follow`: verl's default (V1) trainer triggers rounds with no code change.
+
+verl's V1 trainer never calls the dataset's `on_batch_end`, but it writes each step's
+metrics to a file and, with `trainer.rollout_data_dir`, each step's rollouts (see
+`verl_files`). `VerlFollower` tails both and emits one batch-end event per completed
+training step (every `every_n_steps`-th), with the step's metrics and its rollouts
+converted to dyngen's rollouts file under `<store root>/rollouts/<dataset>/<run>/`.
+
+Exactly once per step, across restarts of the follower and of verl: the event id is
+derived from the run id and the step (the round's idempotency key), and the last step
+emitted is kept in `<run folder>/follow.json`, so a step a restarted trainer logs again is
+not emitted again. Events go through `emit_batch_end`'s outbox: none is lost while the
+server is down. This module never imports verl.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dyngen.errors import ConfigError
+from dyngen.events import send_batch_end
+from dyngen.integrations.rollouts import (
+    PromptIndex,
+    event_id_for,
+    rollout_record,
+    rollouts_dir,
+    write_rollouts,
+)
+from dyngen.integrations.verl_files import (
+    MetricsTail,
+    StepMetrics,
+    dump_path,
+    read_complete_dump,
+    training_step,
+)
+from dyngen.store import Store
+
+logger = logging.getLogger(__name__)
+
+MAX_METRICS = 256  # what a round's trigger accepts (dyngen.round.MAX_METRICS)
+# Kept first when a step logs more metrics than a trigger carries: what generators read.
+PREFERRED_METRICS = ("score", "reward", "acc", "response_length")
+STATE_FILE = "follow.json"
+
+
+def default_run_id(dataset: str, metrics_path: Path) -> str:
+    """A run id stable across restarts: the metrics file's name and absolute path."""
+    digest = hashlib.sha256(str(metrics_path.resolve()).encode()).hexdigest()[:10]
+    return f"{dataset}-{metrics_path.stem}-{digest}"
+
+
+def trigger_metrics(data: dict[str, Any]) -> dict[str, float]:
+    """The step's finite numeric metrics, at most MAX_METRICS, reward-like ones first."""
+    numeric = {str(k): float(v) for k, v in data.items() if not isinstance(v, bool)
+               and isinstance(v, (int, float)) and math.isfinite(v)}
+    if len(numeric) <= MAX_METRICS:
+        return numeric
+    ranked = sorted(numeric, key=lambda k: (not any(p in k for p in PREFERRED_METRICS), k))
+    return {k: numeric[k] for k in ranked[:MAX_METRICS]}
+
+
+@dataclass
+class VerlFollower:
+    """Tails a verl job's metrics file (and rollout folder) and emits a batch end per step."""
+
+    store_root: Path
+    dataset: str
+    metrics_path: Path
+    rollout_dir: Path | None = None
+    every_n_steps: int = 1
+    run_id: str | None = None
+    rollout_wait_seconds: float = 60.0
+    settle_seconds: float = 0.5
+    api_url: str | None = None
+    emitted: list[StepMetrics] = field(default_factory=list)  # this process's, in order
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every_n_steps, bool) or not isinstance(self.every_n_steps, int) \
+                or self.every_n_steps < 1:
+            raise ConfigError(f"--every-n-steps: expected an integer >= 1, found "
+                              f"{self.every_n_steps!r}.")
+        self.store = Store(self.store_root)
+        self.store.head(self.dataset)  # fails now, naming the store, if it does not exist
+        self.metrics_path = Path(self.metrics_path)
+        self.run_id = self.run_id or default_run_id(self.dataset, self.metrics_path)
+        self.folder = rollouts_dir(self.store.root, self.dataset, self.run_id)
+        self.tail = MetricsTail(self.metrics_path)
+        self.last_step = self._load_state()
+        self._waiting: deque[tuple[StepMetrics, float]] = deque()  # steps awaiting rollouts
+        self._prompts = PromptIndex(self.store, self.dataset) if self.rollout_dir else None
+
+    # ---- the loop ------------------------------------------------------------------
+    def run(self, poll_seconds: float = 1.0, stop_after_idle: float | None = None) -> None:
+        """Follow until interrupted (or idle for `stop_after_idle` seconds)."""
+        idle_since = time.monotonic()
+        while True:
+            if self.poll():
+                idle_since = time.monotonic()
+            elif stop_after_idle is not None and time.monotonic() - idle_since > stop_after_idle:
+                return
+            time.sleep(poll_seconds)
+
+    def poll(self) -> int:
+        """Read new lines, emit every step that is ready; return how many were emitted."""
+        for record in self.tail.read():
+            step = training_step(record)
+            if step is None or step.step <= self.last_step or step.step % self.every_n_steps:
+                continue
+            if self._waiting and step.step <= self._waiting[-1][0].step:
+                continue  # already waiting for it (a restart re-logged it)
+            self._waiting.append((step, time.monotonic()))
+        emitted = 0
+        while self._waiting:
+            step, since = self._waiting[0]
+            rollouts = self._rollouts_for(step.step, since)
+            if rollouts is False:
+                break  # not written yet: later steps wait behind it, in order
+            self._emit(step, rollouts)
+            self._waiting.popleft()
+            emitted += 1
+            if self._waiting:  # the next step's wait starts now, not while it queued
+                self._waiting[0] = (self._waiting[0][0], time.monotonic())
+        return emitted
+
+    # ---- one step ------------------------------------------------------------------
+    def _rollouts_for(self, step: int, since: float) -> str | None | bool:
+        """The converted rollouts file, None to emit without, or False to wait longer."""
+        if self.rollout_dir is None:
+            return None
+        source = dump_path(self.rollout_dir, step)
+        rows = read_complete_dump(source, self.settle_seconds)
+        if rows is None:
+            if time.monotonic() - since < self.rollout_wait_seconds:
+                return False
+            logger.warning("dyngen follow: step %d's rollouts %s did not appear complete "
+                           "within %.0f s; its batch end is emitted without rollouts",
+                           step, source, self.rollout_wait_seconds)
+            return None
+        return str(self._convert(step, rows, source))
+
+    def _convert(self, step: int, rows: list[dict[str, Any]], source: Path) -> Path:
+        """verl's rollout lines as dyngen rollouts, prompts mapped back to the dataset's."""
+        assert self._prompts is not None
+        self._prompts.refresh()
+        records, unmatched = [], 0
+        for row in rows:
+            text = str(row.get("input") or "")
+            found = self._prompts.lookup(text)
+            if found is None:
+                unmatched += 1
+            prompt, truth = found if found is not None else (text, None)
+            gts = row.get("gts")
+            record = rollout_record(prompt, row.get("score"), truth if gts is None else gts)
+            if record is not None:
+                records.append(record)
+        if unmatched:
+            logger.warning("dyngen follow: %d of %d rollouts of step %d match no prompt of %r; "
+                           "they keep verl's decoded input as their prompt", unmatched,
+                           len(rows), step, self.dataset)
+        if len(records) < len(rows):
+            logger.warning("dyngen follow: %s: %d line(s) without a finite score skipped",
+                           source, len(rows) - len(records))
+        return write_rollouts(self.folder / f"step-{step:08d}.jsonl", records)
+
+    def _emit(self, step: StepMetrics, rollouts: str | None) -> None:
+        sent = send_batch_end(self.dataset, step.step, trigger_metrics(step.metrics), rollouts,
+                              event_id=event_id_for(str(self.run_id), step.step),
+                              api_url=self.api_url)
+        if sent.status == "dropped":
+            logger.warning("dyngen follow: step %d's batch end was dropped (see above)",
+                           step.step)
+        self.last_step = step.step
+        self._save_state()
+        self.emitted.append(step)
+
+    # ---- state ---------------------------------------------------------------------
+    def _load_state(self) -> int:
+        path = self.folder / STATE_FILE
+        try:
+            state = json.loads(path.read_text())
+            return int(state["last_step"])
+        except FileNotFoundError:
+            return -1
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}: expected {{\"last_step\": N}}, found unreadable state "
+                              f"({exc}). Delete the file to emit every step again (rounds "
+                              "already committed are not repeated).") from exc
+
+    def _save_state(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps({"run_id": self.run_id, "last_step": self.last_step,
+                                   "metrics_file": str(self.metrics_path.resolve())}))
+        os.replace(tmp, self.folder / STATE_FILE)

@@ -1,0 +1,283 @@
+"""A durable local outbox: batch-end events wait here while the Prefect server is away.
+
+One folder per server address under the outbox root (`$DYNGEN_OUTBOX`, else the user's
+cache folder), one JSON file per event, named so that names sort in the order the events
+were queued. `deliver` sends the queued events of that server first, in order, in
+batches (`POST /api/events`, which answers only once the server has taken them), and
+removes each file only after its batch was accepted: a crash in between re-sends it, which
+is harmless because the trigger's event id is the round's idempotency key. A file lock
+makes processes sharing an outbox deliver one at a time, so no event goes out twice in a
+normal run. No call waits more than a few seconds, so a training step is never held up.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+OUTBOX_ENV = "DYNGEN_OUTBOX"
+MAX_EVENTS_ENV = "DYNGEN_OUTBOX_MAX_EVENTS"
+DEFAULT_MAX_EVENTS = 10_000
+BATCH_EVENTS = 100  # events per POST: a long backlog costs a few requests, not thousands
+CONNECT_TIMEOUT_SECONDS = 1.0
+SEND_TIMEOUT_SECONDS = 2.0
+LOCK_WAIT_SECONDS = 1.0
+# An emit stops draining a backlog after this long and queues its own event behind the
+# rest: the next emit (or `dyngen emit --flush`) goes on where it stopped.
+FLUSH_BUDGET_SECONDS = 1.5
+
+Status = Literal["sent", "queued", "dropped"]
+logger = logging.getLogger(__name__)
+_full_warned: set[Path] = set()  # outbox folders this process said are full (once each)
+_last_name = 0  # the newest file name this process wrote: names only increase
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What became of an event: sent to the server, queued in the outbox, or dropped."""
+
+    status: Status
+    delivered: int = 0  # events sent by this call, earlier queued ones included
+    pending: int = 0  # events of this server still in the outbox afterwards
+    reason: str = ""  # why the server could not take them (empty when it did)
+
+
+def default_root() -> Path:
+    """$DYNGEN_OUTBOX, else `dyngen/outbox` in the user's cache folder."""
+    if os.environ.get(OUTBOX_ENV):
+        return Path(os.environ[OUTBOX_ENV]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "dyngen" / "outbox"
+
+
+def max_events() -> int:
+    """The outbox limit per server ($DYNGEN_OUTBOX_MAX_EVENTS, default 10,000)."""
+    try:
+        return max(1, int(os.environ.get(MAX_EVENTS_ENV, DEFAULT_MAX_EVENTS)))
+    except ValueError:
+        return DEFAULT_MAX_EVENTS
+
+
+class SendError(Exception):
+    """The server did not take a batch of events (unreachable, or not a 2xx answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused(self) -> bool:
+        """The server answered that the request itself is bad: resending will not help."""
+        return self.status is not None and 400 <= self.status < 500 \
+            and self.status not in (408, 409, 429)
+
+
+class Outbox:
+    """Events waiting for one Prefect server each, on local disk."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None,
+                 limit: int | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        self.limit = limit if limit is not None else max_events()
+
+    def folder(self, api_url: str) -> Path:
+        """The folder holding the events queued for `api_url`."""
+        key = hashlib.sha256(api_url.rstrip("/").encode()).hexdigest()[:16]
+        return self.root / key
+
+    def pending(self, api_url: str) -> list[Path]:
+        """The queued event files of a server, oldest first."""
+        folder = self.folder(api_url)
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.suffix == ".json")
+
+    def deliver(self, api_url: str, event: Mapping[str, Any] | None = None) -> Delivery:
+        """Send the server's queued events in order, then `event`; queue what is not sent."""
+        with self._locked(api_url) as locked:
+            if not locked:  # another process is delivering: keep the order, queue behind it
+                return self._queue_or_drop(api_url, event, "another process is delivering")
+            files: list[Path | None] = [*self.pending(api_url)]
+            if event is not None:
+                files.append(None)  # None stands for `event`, sent in the last batch
+            sent, reason = self._send_in_order(api_url, files, event)
+            if reason is None:
+                return Delivery("sent", sent, 0)
+            if event is None or sent == len(files):
+                return Delivery("queued", sent, len(self.pending(api_url)), reason)
+            return self._queue_or_drop(api_url, event, reason, sent)
+
+    def _send_in_order(self, api_url: str, files: list[Path | None],
+                       event: Mapping[str, Any] | None) -> tuple[int, str | None]:
+        """Send in batches, oldest first, within the budget; (events sent, why it stopped)."""
+        deadline = time.monotonic() + FLUSH_BUDGET_SECONDS
+        sent = 0
+        for start in range(0, len(files), BATCH_EVENTS):
+            if start and time.monotonic() > deadline:
+                return sent, "the rest waits for the next emit (time budget)"
+            batch = files[start:start + BATCH_EVENTS]
+            events = [event if path is None else _read(path) for path in batch]
+            try:
+                send_events(api_url, [e for e in events if e is not None])
+            except SendError as exc:
+                if not exc.refused:
+                    return sent, str(exc)
+                try:  # one bad event must not hold back the rest: send them one by one
+                    self._send_singly(api_url, events)
+                except SendError as again:  # the ones sent go again later, harmlessly
+                    return sent, str(again)
+            for path in batch:  # only now: a crash before this line re-sends, harmlessly
+                if path is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+            sent += len(batch)
+        return sent, None
+
+    def _send_singly(self, api_url: str,
+                     events: list[dict[str, Any] | Mapping[str, Any] | None]) -> None:
+        """Send each event alone; keep one the server refuses in `refused/`, and say so."""
+        for event in events:
+            if event is None:
+                continue
+            try:
+                send_events(api_url, [event])
+            except SendError as exc:
+                if not exc.refused:
+                    raise
+                kept = self._write(api_url, event, sub="refused")
+                logger.warning("dyngen: the Prefect server refused batch-end event %s (%s); "
+                               "it is kept in %s and not sent again", _describe(event), exc,
+                               kept)
+
+    def _queue_or_drop(self, api_url: str, event: Mapping[str, Any] | None, reason: str,
+                       delivered: int = 0) -> Delivery:
+        if event is None:
+            return Delivery("queued", delivered, len(self.pending(api_url)), reason)
+        queued = self.pending(api_url)
+        if len(queued) >= self.limit:
+            self._warn_full(api_url, event, len(queued))
+            return Delivery("dropped", delivered, len(queued), reason)
+        self._write(api_url, event)
+        _full_warned.discard(self.folder(api_url))
+        return Delivery("queued", delivered, len(queued) + 1, reason)
+
+    def _write(self, api_url: str, event: Mapping[str, Any], sub: str = "") -> Path:
+        folder = self.folder(api_url) / sub if sub else self.folder(api_url)
+        folder.mkdir(parents=True, exist_ok=True)
+        server_note = folder / "server.txt"
+        if not server_note.exists():
+            server_note.write_text(api_url + "\n")
+        # Names sort in queueing order: nanoseconds, strictly increasing within a process.
+        global _last_name
+        _last_name = max(time.time_ns(), _last_name + 1)
+        name = f"{_last_name:020d}-{os.getpid()}"
+        tmp = folder / f".{name}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(event, fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # a queued event survives a power loss, not just a crash
+        final = folder / f"{name}.json"
+        os.replace(tmp, final)
+        return final
+
+    def _warn_full(self, api_url: str, event: Mapping[str, Any], count: int) -> None:
+        if self.folder(api_url) in _full_warned:
+            return
+        _full_warned.add(self.folder(api_url))
+        logger.warning(
+            "dyngen: the outbox %s holds %d events for %s, its limit (%s); this batch end "
+            "(%s) and later ones are dropped until it drains. Start the server, then run "
+            "`dyngen emit --flush`, or raise %s.", self.folder(api_url), count, api_url,
+            self.limit, _describe(event), MAX_EVENTS_ENV)
+
+    @contextlib.contextmanager
+    def _locked(self, api_url: str) -> Iterator[bool]:
+        """Hold the server folder's lock (waiting up to LOCK_WAIT_SECONDS); yield success."""
+        folder = self.folder(api_url)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / ".lock", "a+") as fh:
+            deadline = time.monotonic() + LOCK_WAIT_SECONDS
+            while True:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        yield False
+                        return
+                    time.sleep(0.01)
+            try:
+                yield True
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+_clients: dict[int, Any] = {}
+
+
+def _http_client() -> Any:
+    """One HTTP client per process (a new one costs ~50 ms; a fork must not share one)."""
+    import httpx
+
+    pid = os.getpid()
+    if pid not in _clients:
+        _clients[pid] = httpx.Client(timeout=httpx.Timeout(SEND_TIMEOUT_SECONDS,
+                                                           connect=CONNECT_TIMEOUT_SECONDS))
+    return _clients[pid]
+
+
+def send_events(api_url: str, events: list[Mapping[str, Any]]) -> None:
+    """POST events to the server; raise SendError unless it answered 2xx."""
+    import httpx
+
+    try:
+        response = _http_client().post(f"{api_url.rstrip('/')}/events", json=list(events),
+                                       headers=auth_headers())
+    except httpx.HTTPError as exc:
+        raise SendError(f"the Prefect server at {api_url} is unreachable "
+                        f"({type(exc).__name__})") from exc
+    if not response.is_success:
+        raise SendError(f"the Prefect server at {api_url} answered HTTP "
+                        f"{response.status_code}: {response.text[:200]}", response.status_code)
+
+
+def auth_headers() -> dict[str, str]:
+    """The Authorization header Prefect's own client would send (auth string or API key)."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_KEY
+
+    auth, key = PREFECT_API_AUTH_STRING.value(), PREFECT_API_KEY.value()
+    if auth:
+        return {"Authorization": f"Basic {base64.b64encode(auth.encode()).decode()}"}
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """A queued event, or None for a file that is not one (it is then removed, and said)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(value, dict):
+            return value
+        why = f"a JSON {type(value).__name__}, not an event"
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        why = str(exc)
+    logger.warning("dyngen: outbox file %s is not an event (%s); it is skipped", path, why)
+    return None
+
+
+def _describe(event: Mapping[str, Any]) -> str:
+    payload = event.get("payload") if isinstance(event.get("payload"), dict) else {}
+    trigger = payload.get("trigger") if isinstance(payload.get("trigger"), dict) else {}
+    resource = event.get("resource") if isinstance(event.get("resource"), dict) else {}
+    return f"dataset {resource.get('dyngen.dataset')!r} step {trigger.get('step')}"

@@ -1,0 +1,152 @@
+"""The verl follower, file by file: partial lines, truncation, restarts, late rollout dumps.
+
+The server is away (the `no_server` fixture), so every batch end waits in the outbox, where
+the test reads exactly what would be delivered. The end-to-end run against verl 0.9.1's
+own writers and a served round is tests/verl/test_follow_verl.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dyngen.errors import ConfigError
+from dyngen.integrations.rollouts import event_id_for
+from dyngen.integrations.verl import VerlFollower, trigger_metrics
+from dyngen.integrations.verl_files import MetricsTail
+from dyngen.outbox import Outbox
+from dyngen.store import Store
+from tests.rows import verl_rows
+from tests.support import UNUSED_API
+
+NAME = "follow-unit"
+
+
+def line(step: int, **metrics: Any) -> str:
+    """One line as verl's FileLogger writes it."""
+    data = {"training/global_step": step, "critic/score/mean": step / 10, **metrics}
+    return json.dumps({"step": step, "data": data}) + "\n"
+
+
+def queued() -> list[dict[str, Any]]:
+    """The triggers of the batch ends waiting for the (absent) server, in order."""
+    return [json.loads(p.read_text())["payload"]["trigger"] for p in Outbox().pending(UNUSED_API)]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    store = Store(tmp_path / "store")
+    store.create(NAME, verl_rows(3))
+    return store
+
+
+def follower(store: Store, metrics: Path, **kwargs: Any) -> VerlFollower:
+    return VerlFollower(store.root, NAME, metrics, run_id="run-1", settle_seconds=0.0,
+                        **kwargs)
+
+
+def test_tail_waits_for_a_partial_line_and_rereads_a_rewritten_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    tail = MetricsTail(path)
+    assert tail.read() == []  # not there yet
+    path.write_text(line(1) + line(2)[:10])
+    assert [r["step"] for r in tail.read()] == [1]
+    with open(path, "a") as fh:
+        fh.write(line(2)[10:])
+    assert [r["step"] for r in tail.read()] == [2]
+    path.write_text(line(5, extra=1.0) + line(6) + line(7))  # restarted: longer than before
+    assert [r["step"] for r in tail.read()] == [5, 6, 7] and tail.restarts == 1
+    path.write_text(line(8))  # shorter than before
+    assert [r["step"] for r in tail.read()] == [8] and tail.restarts == 2
+
+
+def test_one_batch_end_per_training_step_across_restarts(
+        store: Store, tmp_path: Path, no_server: None) -> None:
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(json.dumps({"step": 0, "data": {"val-core/acc": 0.1}}) + "\n"
+                       + line(1) + line(2) + "not json\n" + line(3))
+    first = follower(store, metrics)
+    assert first.poll() == 3
+    assert [t["step"] for t in queued()] == [1, 2, 3]
+    assert [t["event_id"] for t in queued()] == [event_id_for("run-1", s) for s in (1, 2, 3)]
+    assert queued()[0]["metrics"] == {"training/global_step": 1.0, "critic/score/mean": 0.1}
+    # The follower restarts, then the trainer restarts from step 2 (the file is truncated).
+    again = follower(store, metrics)
+    assert again.poll() == 0
+    metrics.write_text(json.dumps({"step": 2, "data": {"val-core/acc": 0.2}}) + "\n"
+                       + line(3) + line(4))
+    assert again.poll() == 1
+    assert [t["step"] for t in queued()] == [1, 2, 3, 4]
+
+
+def test_every_n_steps_and_a_bad_setting(store: Store, tmp_path: Path, no_server: None) -> None:
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text("".join(line(s) for s in range(1, 7)))
+    assert follower(store, metrics, every_n_steps=3).poll() == 2
+    assert [t["step"] for t in queued()] == [3, 6]
+    with pytest.raises(ConfigError, match="every-n-steps"):
+        follower(store, metrics, every_n_steps=0)
+
+
+def test_rollouts_are_awaited_then_converted_or_skipped(
+        store: Store, tmp_path: Path, no_server: None,
+        caplog: pytest.LogCaptureFixture) -> None:
+    metrics, dumps = tmp_path / "m.jsonl", tmp_path / "dumps"
+    dumps.mkdir()
+    metrics.write_text(line(1) + line(2))
+    f = follower(store, metrics, rollout_dir=dumps, rollout_wait_seconds=1.0)
+    assert f.poll() == 0  # step 1's dump is not there: step 2 waits behind it
+    decoded = "system\nSolve the problem.\nuser\nWhat is 1 + 1?\nassistant\n"
+    (dumps / "2.jsonl").write_text(
+        json.dumps({"input": decoded, "output": "2", "gts": "2", "score": 1.0, "step": 2})
+        + "\n" + json.dumps({"input": "user\nan unknown task\nassistant\n", "output": "?",
+                             "gts": None, "score": 0.0, "step": 2}) + "\n")
+    caplog.set_level(logging.WARNING)
+    time.sleep(1.1)
+    assert f.poll() == 2
+    one, two = queued()
+    assert one["step"] == 1 and one["rollouts"] is None
+    assert "step 1's rollouts" in caplog.text and "without rollouts" in caplog.text
+    records = [json.loads(x) for x in Path(two["rollouts"]).read_text().splitlines()]
+    assert records[0] == {"prompt": verl_rows(3)[1]["prompt"], "score": 1.0,
+                          "ground_truth": "2"}
+    assert records[1]["prompt"] == "user\nan unknown task\nassistant\n"  # kept, and said
+    assert "1 of 2 rollouts of step 2 match no prompt" in caplog.text
+    assert Path(two["rollouts"]).is_relative_to(store.root / "rollouts" / NAME)
+
+
+def test_a_step_with_many_metrics_keeps_the_reward_like_ones() -> None:
+    data = {f"timing_s/t{i:03d}": 1.0 for i in range(300)}
+    data.update({"critic/score/mean": 0.5, "critic/rewards/mean": 0.4, "flag": True,
+                 "name": "x", "nan": float("nan")})
+    kept = trigger_metrics(data)
+    assert len(kept) == 256
+    assert kept["critic/score/mean"] == 0.5 and kept["critic/rewards/mean"] == 0.4
+    assert not {"flag", "name", "nan"} & set(kept)
+
+
+def test_follow_needs_an_existing_dataset(tmp_path: Path) -> None:
+    from dyngen.errors import DatasetNotFoundError
+
+    with pytest.raises(DatasetNotFoundError):
+        VerlFollower(tmp_path / "store", "absent", tmp_path / "m.jsonl")
+
+
+@pytest.mark.parametrize("decoded", [
+    "system\nSolve the problem.\nuser\nWhat is 2 + 2?\nassistant\n",  # Qwen, SmolLM
+    "system\n\nSolve the problem.user\n\nWhat is 2 + 2?assistant\n\n",  # Llama 3
+    "[INST] Solve the problem.\n\nWhat is 2 + 2? [/INST]",  # Mistral
+])
+def test_decoded_prompts_of_common_templates_map_back_to_the_row(
+        store: Store, decoded: str) -> None:
+    from dyngen.integrations.rollouts import PromptIndex
+
+    index = PromptIndex(store, NAME)
+    index.refresh()
+    assert index.lookup(decoded) == (verl_rows(3)[2]["prompt"], "4")
+    assert index.lookup("user\nWhat is 22 + 2?\nassistant") is None  # a prefix is no match
