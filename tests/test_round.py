@@ -104,3 +104,22 @@ def test_a_generator_that_maps_the_dataset_writes_nothing_into_the_store(tmp_pat
     assert rows[0]["data_source"] == "SEED"
     assert sorted(p.name for p in (store.dataset_dir("ds") / "data").iterdir()) == before
     assert datasets.is_caching_enabled()
+
+
+def test_lineage_saves_the_generators_state_and_stats_as_json() -> None:
+    """`state` and `stats` a generator sets are recorded (JSON-safe); other attributes not."""
+    from omegaconf import OmegaConf
+
+    from dyngen.round import generator_lineage
+
+    gen = MockDataGenerator()
+    gen.state = {"level": 3}
+    gen.stats = {"methods": {"computed": {"proposed": 4, "kept": 1,
+                                          "dropped": {"not_verified": 3}}}, "at": Path("/x")}
+    datagen = OmegaConf.create({"path": "pkg://generators.base", "name": "MockDataGenerator"})
+    lineage = generator_lineage(datagen, gen)
+    assert lineage["state"] == {"level": 3}
+    assert lineage["stats"] == {"methods": {"computed": {"proposed": 4, "kept": 1,
+                                                         "dropped": {"not_verified": 3}}},
+                                "at": "/x"}
+    assert "stats" not in generator_lineage(datagen, MockDataGenerator())
