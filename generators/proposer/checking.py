@@ -16,6 +16,8 @@ The answer's first calculation decides the `method`:
               model often picks the wrong one, so the generator keeps such a task only after
               verifying.py's check, unless told otherwise (`unverified_methods`);
   model       anything else, with the model's own final number: verified the same way.
+A model-written question that no calculation over its own numbers can answer (it mixes time
+units, or asks for money and states none) is dropped before any verification.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ if TYPE_CHECKING:
 
 _QUESTION = re.compile(r"Question:[ \t]*(?P<q>[^\n]*)(?P<rest>.*)", re.S | re.I)
 _ANSWER = re.compile(r"Answer:[ \t]*(?P<a>[^\n]*)", re.I)
+_TIME_UNIT = re.compile(r"\b(second|minute|hour|day|week|month|year)s?\b", re.I)
+_ASKS_MONEY = re.compile(r"\bhow much\b(?:(?!\?).)*\b(?:money|spen[dt]|earns?|earned|make|made|"
+                         r"costs?|pay|paid|sav(?:e|ed)|charge)", re.I)
+_MONEY = re.compile(r"[$€£]|\b(?:dollars?|cents?|euros?|pounds?)\b", re.I)
 _WHAT_IS = re.compile(r"\s*(?:what is|what's|compute|calculate|evaluate)\s+(?:the value of\s+)?"
                       r"(?P<e>[-\d\s.,+*/×÷x()]+?)\s*(?:\?|\.|$)", re.I)
 
@@ -134,7 +140,23 @@ def parse_proposal(text: str, seed: Seed, seen: set[str], cfg: dict[str, Any],
     if numbers_in(question) and numbers_in(question) == numbers_in(seed.question):
         # The seed's numbers, not shown to reproduce its answer.
         return Proposal(method, question, truth, "near_copy", note)
+    if why := story_mismatch(question):
+        return Proposal(method, question, truth, why, note)
     return _unseen(Proposal(method, question, truth, note=note), seen)
+
+
+def story_mismatch(question: str) -> str:
+    """Why no single calculation over a question's own numbers can answer it, or "".
+
+    A model-written task's truth uses only the numbers its question states, so a question
+    that mixes time units (15 pages a minute for 2 hours) lacks the conversion, and one that
+    asks for money but states no amount of it lacks the price.
+    """
+    if len({u.lower() for u in _TIME_UNIT.findall(question)}) > 1:
+        return "mixed_units"
+    if _ASKS_MONEY.search(question) and not _MONEY.search(question):
+        return "no_price"
+    return ""
 
 
 def _unseen(p: Proposal, seen: set[str]) -> Proposal:

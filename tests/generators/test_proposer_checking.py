@@ -67,6 +67,12 @@ def shape(p: Proposal) -> Any:
     ("Question: How many pens?\nAnswer: 2 + 2 = 4", "bad_length"),
     ("Just some text without the format.", "unparsed"),
     ("Question: Ann has 14 pens.\n", "no_answer"),
+    # No calculation over the question's own numbers answers these: a unit conversion or a
+    # price is missing, so the computed truth cannot be right.
+    ("Question: A printer prints 15 pages per minute. How many pages in 2 hours?\n"
+     "Answer: 15 * 2 = 30", "mixed_units"),
+    ("Question: Sam sold 48 cupcakes and 36 muffins. How much money did he make?\n"
+     "Answer: 48 + 36 = 84", "no_price"),
 ])
 def test_parse_and_validate(text: str, expected: Any) -> None:
     seed = Seed(0, "A box holds 24 pencils. How many pencils are in 6 boxes?", 0.1, "144")
