@@ -13,7 +13,7 @@ All in one run, on CPU, with the SmolLM2-135M-Instruct GGUF shipped by llm-smoll
   round    the round's stages without Prefect (load → generate → filter → concat → commit)
            on a fresh store, with the generator's defaults: rows kept and seconds per round
 
-    python benchmarks/proposer.py [--only labels|speed] [--rounds 3] [--threads N]
+    python benchmarks/proposer.py [--only labels|speed] [--show] [--rounds 3] [--threads N]
                                   [--proposals N]
 """
 
@@ -89,7 +89,7 @@ def run_round(store: Any, cfg: Any, step: int) -> tuple[int, float, dict[str, An
     return len(outcome.kept), time.perf_counter() - t0, generator.stats
 
 
-def label_precision() -> None:
+def label_precision(show: bool = False) -> None:
     """Each policy's kept fixture tasks: how many, per seed, and the share labelled correct."""
     from benchmarks.proposer_fixture import LABELS, fixture_config, replay, seeds
     from generators.proposer.verifying import verify
@@ -103,33 +103,43 @@ def label_precision() -> None:
         if prop.ok and (prop.question, prop.truth) != (e["question"], e["truth"]):
             stale += 1  # the parser now proposes a task nobody labelled: re-label
         elif prop.ok:
-            tasks.append(e)
-    written = [e for e in tasks if e["method"] != "renumbered"]
+            tasks.append({**e, "method": prop.method})  # as the parser classifies it today
+    constructed = ("renumbered", "arithmetic")  # verified by construction
+    written = [e for e in tasks if e["method"] not in constructed]
     verdicts, _, secs = verify([e["question"] for e in written], [e["truth"] for e in written],
                                cfg, ("fixture",))
     verified = {id(e) for e, v in zip(written, verdicts, strict=True) if v.verified}
-    per = {"renumbered": [e for e in tasks if e["method"] == "renumbered"]}
+    if show:  # each model-written task the solver voted on, with its label
+        for e, v in zip(written, verdicts, strict=True):
+            print(f"{'KEPT' if v.verified else 'drop'} {v.agreement:.1f} "
+                  f"{'right' if e['correct'] else 'WRONG'} #{e['id']} {e['method']}: "
+                  f"{e['question']} => {e['truth']}")
+    per = {m: [e for e in tasks if e["method"] == m] for m in constructed}
     for m in ("computed", "model"):
         per[f"{m}, unverified"] = [e for e in tasks if e["method"] == m]
-        per[f"{m}, verified"] = [e for e in per[f"{m}, unverified"] if id(e) in verified]
-    per["default: renumbered + verified computed"] = per["renumbered"] + per["computed, verified"]
+        per[f"{m}, verified by the solver"] = [e for e in per[f"{m}, unverified"]
+                                               if id(e) in verified]
+    default = [e for e in tasks if e["method"] in cfg["methods"]]
+    per["default policy: " + " + ".join(cfg["methods"])] = default
+    per["default + solver-verified computed"] = default + per["computed, verified by the solver"]
     per["baseline: every proposal"] = list(entries)
     n_seeds = len(by_index)
     print(f"label precision on {len(entries)} labelled proposals of {n_seeds} seeds "
           f"({len(entries) - len(tasks) - stale} now dropped by the parser, {stale} stale; "
           f"solver k={cfg['verify_samples']}, agreement >= {cfg['verify_agreement']}, "
           f"{secs:.0f} s for {len(written)} tasks)")
-    print(f"{'policy':<42}{'kept':>6}{'per seed':>10}{'correct':>9}{'precision':>11}")
+    print(f"{'policy':<46}{'kept':>6}{'per seed':>10}{'correct':>9}{'precision':>11}")
     for label, kept in per.items():
         right = sum(bool(e["correct"]) for e in kept)
         share = f"{right / len(kept):.1%}" if kept else "-"
-        print(f"{label:<42}{len(kept):>6}{len(kept) / n_seeds:>10.2f}{right:>9}{share:>11}")
+        print(f"{label:<46}{len(kept):>6}{len(kept) / n_seeds:>10.2f}{right:>9}{share:>11}")
     print()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=("labels", "speed"), default=None)
+    ap.add_argument("--show", action="store_true", help="print each task the solver voted on")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: "
                     "the generator's, one per two cores)")
@@ -137,7 +147,7 @@ def main() -> None:
                     help="proposals_per_seed (default: the generator's)")
     args = ap.parse_args()
     if args.only != "speed":
-        label_precision()
+        label_precision(args.show)
     if args.only == "labels":
         return
 

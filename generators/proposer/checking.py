@@ -9,12 +9,14 @@ The answer's first calculation decides the `method`:
               answer recomputed (renumbering.py), is a sound harder task — verified by
               construction (the model's rewordings of a seed are often garbled, so its text
               is not used);
+  arithmetic  the question is only arithmetic ("What is 17 * 3?"): its label is its exact
+              value, whatever the model answered — verified by construction;
   computed    it uses exactly the question's numbers, each as often, and the model's own
               result for it is right (else "wrong_result": the model mostly chose the wrong
-              operation too); or the question is "What is <arithmetic>?". The arithmetic is
-              exact, but whether the calculation fits the story is not known here: a 135M
-              model often picks the wrong one, so the generator keeps such a task only after
-              verifying.py's check, unless told otherwise (`unverified_methods`);
+              operation too). The arithmetic is exact, but whether the calculation fits the
+              story is not known here: a 135M model often picks the wrong one, so the
+              generator keeps such a task only if asked to, after verifying.py's check, or
+              explicitly unverified (`unverified_methods`);
   model       anything else, with the model's own final number: verified the same way.
 A model-written question that no calculation over its own numbers can answer (it mixes time
 units, or asks for money and states none) is dropped before any verification.
@@ -94,11 +96,18 @@ class Proposal:
         return not self.reason
 
 
+def pure_arithmetic(question: str) -> Fraction | None:
+    """The exact value of a question that is only arithmetic ("What is 17 * 3?"), else None."""
+    m = _WHAT_IS.fullmatch(question)
+    expr = clean_math(m["e"]) if m else ""
+    return safe_eval(expr) if OPERATOR.search(expr) else None
+
+
 def parse_proposal(text: str, seed: Seed, seen: set[str], cfg: dict[str, Any],
                    rng: random.Random) -> Proposal:
     """The task one completion proposes (question, ground truth, method), or why it is none.
 
-    Methods (see this module's docstring): renumbered, computed, model. Which methods are
+    Methods (see this module's docstring): renumbered, arithmetic, computed, model. Which are
     kept, and after what verification, is the generator's policy, not decided here.
     """
     m = _QUESTION.search(text)
@@ -120,6 +129,12 @@ def parse_proposal(text: str, seed: Seed, seen: set[str], cfg: dict[str, Any],
         if new is None:
             return Proposal("renumbered", reason=why)
         return _unseen(Proposal("renumbered", *new), seen)
+    if (arith := pure_arithmetic(question)) is not None:
+        # The question is its own calculation: its label is its value, whatever was answered.
+        truth, why = answer_of(arith)
+        if truth is None or not 3 <= len(question) <= int(cfg["max_question_chars"]):
+            return Proposal("arithmetic", question, truth, why or "bad_length")
+        return _unseen(Proposal("arithmetic", question, truth), seen)
     # The model's own question.
     truth = None
     if expr and used != numbers_in(question):

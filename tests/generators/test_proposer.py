@@ -29,8 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = str(REPO / ".dyngen" / "models")  # gitignored; converted once per checkout
 FAST = {"hard_k": 4, "proposals_per_seed": 2, "max_new_tokens": 32, "max_passes": 3,
         "min_rows": 1}
-KEPT = ("computed", "renumbered")  # the methods kept (once verified) by default
-VERIFIED = ("by_construction", "self_consistency")
+KEPT = ("renumbered", "arithmetic")  # the methods kept by default: verified by construction
 
 
 def proposer(**cfg: Any) -> ProposerGenerator:
@@ -96,7 +95,7 @@ def test_eight_hard_seeds_yield_eight_valid_new_tasks_with_provenance(
         info = row["extra_info"]
         assert row["data_source"] == "dyngen-proposer" and info["index"] == start + i
         assert info["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
-        assert info["method"] in KEPT and info["verification"] in VERIFIED
+        assert info["method"] in KEPT and info["verification"] == "by_construction"
         # seed_index is the seed's first line in the rollouts file: the hard tasks, never
         # the easy ones (lines 0-1) nor a repeated line of the same prompt.
         assert 2 <= info["seed_index"] < 2 + len(HARD)
@@ -110,38 +109,47 @@ def test_eight_hard_seeds_yield_eight_valid_new_tasks_with_provenance(
 
 
 def test_the_default_policy_never_keeps_an_unverified_label(model: Any, tmp_path: Path) -> None:
-    """Same seeds, same samples: what the default keeps of the model-written tasks is a part
-    of what an explicitly unverified policy keeps, each with the solver's agreement; the rest
-    is counted as dropped "not_verified". Renumbered tasks are the same in both."""
+    """Same seeds, same samples, three policies. Unverified, the model's own tasks are kept
+    as written; by default none is (their labels are not verified by construction); with
+    `computed` in `methods`, only those the solver agrees with, each with its agreement, and
+    the rest are counted "not_verified". The tasks verified by construction are the same."""
     rollouts = write_rollouts(tmp_path / "batch.jsonl")
     cfg = {"hard_k": 8, "proposals_per_seed": 3, "max_passes": 1, "seed": 11}
-    loose_gen = proposer(**cfg, unverified_methods=["computed", "model"])
-    loose = loose_gen.generate(task_dataset(), context=Ctx(rollouts))
-    strict_gen = proposer(**cfg)
-    strict = strict_gen.generate(task_dataset(), context=Ctx(rollouts))
+
+    def run(**policy: Any) -> tuple[datasets.Dataset, dict[str, Any]]:
+        gen = proposer(**cfg, **policy)
+        return gen.generate(task_dataset(), context=Ctx(rollouts)), gen.stats
 
     def tasks(rows: datasets.Dataset, *methods: str) -> set[tuple[str, str]]:
         return {(r["prompt"][-1]["content"], r["reward_model"]["ground_truth"]) for r in rows
                 if r["extra_info"]["method"] in methods}
 
-    written = tasks(loose, "computed", "model")
-    assert written, loose_gen.stats  # the model wrote tasks of its own to verify
+    loose, _ = run(methods=list(KEPT), unverified_methods=["computed", "model"])
+    strict, strict_stats = run()
+    solved, solved_stats = run(methods=[*KEPT, "computed"])
+    assert tasks(loose, "computed"), loose  # the model wrote tasks of its own to verify
     assert all(r["extra_info"]["verification"] == "none" for r in loose
-               if r["extra_info"]["method"] != "renumbered")
-    assert tasks(strict, "renumbered") == tasks(loose, "renumbered")
-    assert tasks(strict, "computed") <= tasks(loose, "computed")
-    assert not tasks(strict, "model")  # not among the default methods
-    for row in strict:
+               if r["extra_info"]["method"] not in KEPT)
+    for rows in (strict, solved):
+        assert tasks(rows, *KEPT) == tasks(loose, *KEPT)
+        assert not tasks(rows, "model")
+    assert all(r["extra_info"]["verification"] == "by_construction" for r in strict)
+    assert strict_stats["methods"]["computed"]["kept"] == 0
+    # (a repeat of a dropped question is dropped again, so at least as many as were kept)
+    assert strict_stats["methods"]["computed"]["dropped"]["not_kept"] >= len(
+        tasks(loose, "computed"))
+
+    assert tasks(solved, "computed") <= tasks(loose, "computed")
+    for row in solved:
         info = row["extra_info"]
-        if info["method"] == "renumbered":
-            assert (info["verification"], info["agreement"]) == ("by_construction", None)
-        else:
+        if info["method"] == "computed":
             assert info["verification"] == "self_consistency" and info["agreement"] >= 0.6
-    computed = strict_gen.stats["methods"].get("computed", {"kept": 0, "dropped": {}})
-    assert computed["kept"] == len(tasks(strict, "computed"))
+        else:
+            assert (info["verification"], info["agreement"]) == ("by_construction", None)
+    computed = solved_stats["methods"]["computed"]
+    assert computed["kept"] == len(tasks(solved, "computed"))
     assert computed["kept"] + computed["dropped"].get("not_verified", 0) == len(
         tasks(loose, "computed"))
-    assert strict_gen.stats["methods"].get("model", {"kept": 0})["kept"] == 0
 
 
 def test_same_seed_same_rows_other_seed_other_rows(model: Any) -> None:

@@ -58,7 +58,9 @@ def shape(p: Proposal) -> Any:
 @pytest.mark.parametrize("text,expected", [
     ("Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 + 29 = 43 pens",
      ("Ann has 14 pens and buys 29 more. How many pens?", "43", "computed")),
-    ("Question: What is 17 * 3?\nAnswer: 51", ("What is 17 * 3?", "51", "computed")),
+    ("Question: What is 17 * 3?\nAnswer: 51", ("What is 17 * 3?", "51", "arithmetic")),
+    # A question that is only arithmetic is labelled with its own value, not the answer's.
+    ("Question: What is 17 * 3?\nAnswer: 17 + 3 = 20", ("What is 17 * 3?", "51", "arithmetic")),
     ("Question: A box has 24 pens. How many pens are in 6 boxes?\nAnswer: 24 / 6 = 4",
      "near_copy"),  # the seed's numbers, and not the seed's answer
     ("Question: Ann has 5 pens. She has 5 + 3 = 8. How many?\nAnswer: 8", "solution_in_question"),
@@ -118,7 +120,8 @@ def test_a_calculation_that_solves_the_seed_renumbers_the_seeds_text(text: str) 
 
 def test_settings_name_the_policy_and_refuse_what_they_cannot_do() -> None:
     cfg = ProposerGenerator({}).settings()
-    assert list(cfg["methods"]) == ["renumbered", "computed"] and not cfg["unverified_methods"]
+    assert list(cfg["methods"]) == ["renumbered", "arithmetic"]
+    assert not cfg["unverified_methods"]
     with pytest.raises(ValueError, match="methods: expected a list of some of"):
         ProposerGenerator({"methods": ["guess"]}).settings()
     with pytest.raises(ValueError, match="unverified_methods: expected .* computed, model"):
