@@ -132,9 +132,9 @@ class ProposerGenerator(AbstractDataGenerator):
                         continue
                     tally["kept"] += 1
                     new.append(self._row(seed, prop, how, None, len(rows) + len(new), name))
-            verdicts, n_tokens, secs = verify([p.question or "" for _, p in to_verify],
-                                              [p.truth or "" for _, p in to_verify], cfg,
-                                              (cfg["seed"], round_no, passes))
+            verdicts, n_tokens, secs = verify([t.question or "" for _, t in to_verify],
+                                              [t.truth or "" for _, t in to_verify], cfg,
+                                              (cfg["seed"], round_no, p))
             timing.update(verify_tokens=n_tokens, verify_seconds=secs)
             for (seed, prop), verdict in zip(to_verify, verdicts, strict=True):
                 counts[prop.method]["kept" if verdict.verified else "dropped_not_verified"] += 1
