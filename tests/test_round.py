@@ -123,3 +123,14 @@ def test_lineage_saves_the_generators_state_and_stats_as_json() -> None:
                                                          "dropped": {"not_verified": 3}}},
                                 "at": "/x"}
     assert "stats" not in generator_lineage(datagen, MockDataGenerator())
+
+
+def test_a_partitioned_rounds_lineage_keeps_every_partitions_stats() -> None:
+    from dyngen.partitions import union_generator_lineage
+
+    parts = [{"class": "G", "state": {"seen": i}, "stats": {"kept": i + 1}} for i in range(3)]
+    merged = union_generator_lineage(parts)
+    assert merged["stats"] == {"kept": 1}  # partition 0's, as an unpartitioned round's
+    assert merged["partition_stats"] == [{"kept": 1}, {"kept": 2}, {"kept": 3}]
+    assert merged["partition_states"] == [{"seen": 0}, {"seen": 1}, {"seen": 2}]
+    assert "partition_stats" not in union_generator_lineage([{"class": "G"}] * 2)
