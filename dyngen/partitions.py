@@ -44,15 +44,18 @@ def union_rows(batches: Sequence[RowBatch]) -> RowBatch:
 
 
 def union_generator_lineage(generators: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One `generator` lineage entry for all partitions: partition 0's, with every state.
+    """One `generator` lineage entry for all partitions: partition 0's, with every state
+    and every partition's stats.
 
     `state` stays partition 0's, so a reader of unpartitioned rounds reads it as before;
-    `partition_states` keeps each partition's memory for the next round's same partition.
+    `partition_states` keeps each partition's memory for the next round's same partition,
+    and `partition_stats` each partition's counts (`stats` alone would be partition 0's).
     """
     merged = dict(generators[0])
-    states = [g.get("state") for g in generators]
-    if len(generators) > 1 and any(state is not None for state in states):
-        merged["partition_states"] = states
+    for key, name in (("state", "partition_states"), ("stats", "partition_stats")):
+        values = [g.get(key) for g in generators]
+        if len(generators) > 1 and any(value is not None for value in values):
+            merged[name] = values
     return merged
 
 

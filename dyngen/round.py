@@ -319,13 +319,15 @@ def commit_round(store: Store, pending: PendingCommit) -> VersionRecord:
 
 # ---- lineage ----------------------------------------------------------------------------
 def generator_lineage(datagen: DictConfig, generator: Any) -> dict[str, Any]:
-    """Which generator made the rows: class, where it came from, and its config hash."""
+    """Which generator made the rows: class, where it came from, its config hash, and the
+    `state` and `stats` mappings it set in this round (as JSON)."""
     cls = type(generator)
     out = {"class": class_path(generator), "name": cls.__qualname__,
            "path": str(datagen.path), "config_hash": config_hash(datagen)}
-    state = getattr(generator, "state", None)
-    if isinstance(state, Mapping):
-        out["state"] = json.loads(json.dumps(dict(state), default=str))  # JSON-safe
+    for attr in ("state", "stats"):
+        value = getattr(generator, attr, None)
+        if isinstance(value, Mapping):
+            out[attr] = json.loads(json.dumps(dict(value), default=str))  # JSON-safe
     return out
 
 

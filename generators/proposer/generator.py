@@ -1,22 +1,32 @@
-"""ProposerGenerator: new verified tasks written by a small causal LM from the hardest tasks.
+"""ProposerGenerator: new tasks with verified labels, written by a small causal LM.
 
 Each pass samples `proposals_per_seed` completions for each seed (seeds.py, sampling.py),
-keeps those that verify (checking.py) and repeats, up to max_passes, until min_rows are
-kept. `self.stats` counts the drops by reason, the kept rows by method, and tokens/s.
+parses each into a task and its method (checking.py), and keeps a task only once its label
+is verified: `renumbered` (renumbering.py) and `arithmetic` by construction — the default;
+`computed` and `model`, when listed in `methods`, by the solver's self-consistency
+(verifying.py), all of a pass's tasks in one batched call. With the default 135M solver
+that check passes many wrong labels (benchmarks/proposer.py measures it), so they are not
+kept by default. It
+repeats, up to max_passes, until min_rows are kept. `self.stats` counts, per method, the
+proposals, the kept and the dropped by reason; the round saves it in the version's lineage.
 
 Config (data.datagen): model_path, gguf_file, cache_dir (model.py); max_new_tokens (48),
-temperature (0.8), top_p (0.95), batch_size (8 seeds per generate call), hard_k (8),
+temperature (0.8), top_p (0.95), batch_size (8 chats per generate call), hard_k (8),
 proposals_per_seed (6), min_rows (hard_k) and max_passes (3): sample again until min_rows
 are kept, max_question_chars (300), min_question_chars (10), seed_window (512), seed (0),
-num_threads (one per two cores), methods ([computed, renumbered]), fit_schema (true).
+num_threads (one per two cores), fit_schema (true); the policy: methods ([renumbered,
+arithmetic]: kept once verified; add computed / model to verify them with the solver),
+unverified_methods ([]: kept WITHOUT verification, e.g. [computed]), verify_samples (5),
+verify_agreement (0.6), verify_temperature (0.7), solver_model_path / solver_gguf_file
+(the proposer's model).
 
 Rows: data_source "dyngen-proposer", the seed's system messages + the new question,
 reward_model {style: rule, ground_truth}, extra_info {index, seed_index, seed_score,
-model, method}. With fit_schema, rows take the dataset's columns (not the store's
-`_dyngen_*` ones) and extra_info holds the dataset's own extra_info fields (null where the
-proposer has none) plus the provenance fields, typed as the dataset declares them, else as
-PROVENANCE_FEATURES; the store adds extra_info fields new to the dataset to its schema on
-append, so every proposer row keeps its provenance.
+model, method, verification, agreement}. With fit_schema, rows take the dataset's columns
+(not the store's `_dyngen_*` ones) and extra_info holds the dataset's own extra_info fields
+(null where the proposer has none) plus the provenance fields, typed as the dataset declares
+them, else as PROVENANCE_FEATURES; the store adds extra_info fields new to the dataset to
+its schema on append, so every proposer row keeps its provenance.
 """
 
 from __future__ import annotations
@@ -30,10 +40,12 @@ import datasets
 
 from dyngen.errors import ConfigError
 from generators.base import AbstractDataGenerator, rows_of
-from generators.proposer.checking import normalise, parse_proposal
+from generators.proposer.arithmetic import normalise
+from generators.proposer.checking import Proposal, parse_proposal
 from generators.proposer.model import load_model
-from generators.proposer.sampling import complete, seed_int
+from generators.proposer.sampling import propose, seed_int
 from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.verifying import verify
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +54,20 @@ _ROW_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info"
 # The proposer's fields in each row's extra_info, and their types where the dataset has none.
 PROVENANCE_FEATURES = {"seed_index": datasets.Value("int64"),
                        "seed_score": datasets.Value("float64"),
-                       "model": datasets.Value("string"), "method": datasets.Value("string")}
+                       "model": datasets.Value("string"), "method": datasets.Value("string"),
+                       "verification": datasets.Value("string"),
+                       "agreement": datasets.Value("float64")}
+METHODS = ("renumbered", "arithmetic", "computed", "model")
+BY_CONSTRUCTION_METHODS = ("renumbered", "arithmetic")  # their labels cannot be wrong
+# How each kept row's label was verified (extra_info.verification).
+BY_CONSTRUCTION, SELF_CONSISTENCY, UNVERIFIED = "by_construction", "self_consistency", "none"
 DEFAULTS: dict[str, Any] = {
     "model_path": None, "gguf_file": None, "cache_dir": None, "max_new_tokens": 48,
     "temperature": 0.8, "top_p": 0.95, "batch_size": 8, "hard_k": 8, "proposals_per_seed": 6,
     "max_question_chars": 300, "min_question_chars": 10, "seed_window": 512,
-    "methods": ("computed", "renumbered"), "seed": 0, "fit_schema": True, "min_rows": None,
+    "methods": BY_CONSTRUCTION_METHODS, "unverified_methods": (), "verify_samples": 5,
+    "verify_agreement": 0.6, "verify_temperature": 0.7, "solver_model_path": None,
+    "solver_gguf_file": None, "seed": 0, "fit_schema": True, "min_rows": None,
     "max_passes": 3, "num_threads": None,
 }
 
@@ -63,13 +83,18 @@ class ProposerGenerator(AbstractDataGenerator):
             raise ConfigError(f"data.datagen has unknown keys {unknown} for ProposerGenerator; "
                               f"expected some of {sorted(DEFAULTS)}.")
         cfg = {**DEFAULTS, **given}
-        if not set(cfg["methods"]) <= {"computed", "renumbered", "model"}:
-            raise ConfigError(f"data.datagen.methods: expected some of computed, renumbered, "
-                              f"model; found {list(cfg['methods'])}.")
+        for key, allowed in (("methods", METHODS), ("unverified_methods", METHODS[2:])):
+            if isinstance(cfg[key], str) or not set(cfg[key]) <= set(allowed):
+                raise ConfigError(f"data.datagen.{key}: expected a list of some of "
+                                  f"{', '.join(allowed)}; found {cfg[key]!r}.")
+        if int(cfg["verify_samples"]) < 1 or not 0 < float(cfg["verify_agreement"]) <= 1:
+            raise ConfigError("data.datagen: expected verify_samples >= 1 and 0 < "
+                              f"verify_agreement <= 1; found {cfg['verify_samples']!r} and "
+                              f"{cfg['verify_agreement']!r}.")
         return cfg
 
     def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
-        """New verified rows; sampling repeats (max_passes) until min_rows are kept."""
+        """New rows with verified labels; sampling repeats (max_passes) until min_rows."""
         cfg = self.settings()
         rows = rows_of(dataset)
         rollouts = getattr(getattr(context, "trigger", None), "rollouts", None)
@@ -80,42 +105,59 @@ class ProposerGenerator(AbstractDataGenerator):
         round_no = getattr(context, "round", 0)
         min_rows = int(cfg["min_rows"] if cfg["min_rows"] is not None else k)
         seen = {normalise(s.question) for s in seeds}
-        stats: Counter[str] = Counter()
+        counts: dict[str, Counter[str]] = {}
         new: list[dict[str, Any]] = []
-        tokens, seconds = 0, 0.0
+        timing = Counter({"generated_tokens": 0, "generate_seconds": 0.0,
+                          "verify_tokens": 0, "verify_seconds": 0.0})
+        passes = 0
         for p in range(int(cfg["max_passes"]) if seeds else 0):
-            completions, n_tokens, secs = complete(model, tokenizer, seeds, cfg,
-                                                    (cfg["seed"], round_no, p))
-            tokens, seconds = tokens + n_tokens, seconds + secs
-            stats["passes"] += 1
+            completions, n_tokens, secs = propose(model, tokenizer, seeds, cfg,
+                                                  (cfg["seed"], round_no, p))
+            timing.update(generated_tokens=n_tokens, generate_seconds=secs)
+            passes += 1
+            to_verify: list[tuple[Seed, Proposal]] = []
             for seed, texts in zip(seeds, completions, strict=True):
                 for j, text in enumerate(texts):
                     rng = random.Random(seed_int(cfg["seed"], round_no, p, seed.index, j))
-                    verdict = parse_proposal(text, seed, seen, cfg, rng)
-                    stats["proposed"] += 1
-                    if isinstance(verdict, str):
-                        stats[f"dropped_{verdict}"] += 1
+                    prop = parse_proposal(text, seed, seen, cfg, rng)
+                    tally = counts.setdefault(prop.method, Counter())
+                    tally["proposed"] += 1
+                    how = _policy(prop, cfg)
+                    if how is None or not prop.ok:
+                        tally[f"dropped_{prop.reason or 'not_kept'}"] += 1
                         continue
-                    stats[verdict[2]] += 1
-                    new.append(self._row(seed, *verdict, len(rows) + len(new), name))
+                    seen.add(normalise(prop.question or ""))
+                    if how == SELF_CONSISTENCY:
+                        to_verify.append((seed, prop))
+                        continue
+                    tally["kept"] += 1
+                    new.append(self._row(seed, prop, how, None, len(rows) + len(new), name))
+            verdicts, n_tokens, secs = verify([t.question or "" for _, t in to_verify],
+                                              [t.truth or "" for _, t in to_verify], cfg,
+                                              (cfg["seed"], round_no, p))
+            timing.update(verify_tokens=n_tokens, verify_seconds=secs)
+            for (seed, prop), verdict in zip(to_verify, verdicts, strict=True):
+                counts[prop.method]["kept" if verdict.verified else "dropped_not_verified"] += 1
+                if verdict.verified:
+                    new.append(self._row(seed, prop, SELF_CONSISTENCY, verdict.agreement,
+                                         len(rows) + len(new), name))
             if len(new) >= min_rows:
                 break
-        self.stats = {**stats, "seeds": len(seeds), "kept": len(new),
-                      "generated_tokens": tokens, "generate_seconds": round(seconds, 3),
-                      "tokens_per_second": round(tokens / seconds, 1) if seconds else 0.0}
+        self.stats = _stats(counts, len(seeds), passes, len(new), timing)
         logger.info("ProposerGenerator: %s", self.stats)
         return self._to_dataset(new, rows, cfg)
 
     @staticmethod
-    def _row(seed: Seed, question: str, truth: str, method: str, index: int,
-             model: str) -> dict[str, Any]:
+    def _row(seed: Seed, prop: Proposal, verification: str, agreement: float | None,
+             index: int, model: str) -> dict[str, Any]:
         return {
             "data_source": SOURCE,
-            "prompt": [*seed.system, {"role": "user", "content": question}],
+            "prompt": [*seed.system, {"role": "user", "content": prop.question}],
             "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": truth},
+            "reward_model": {"style": "rule", "ground_truth": prop.truth},
             "extra_info": {"index": index, "seed_index": seed.index, "seed_score": seed.score,
-                           "model": model, "method": method},
+                           "model": model, "method": prop.method,
+                           "verification": verification, "agreement": agreement},
         }
 
     def _to_dataset(self, new: list[dict[str, Any]], rows: datasets.Dataset,
@@ -134,3 +176,31 @@ class ProposerGenerator(AbstractDataGenerator):
         # from_dict, not from_list: an empty round must still have the dataset's columns.
         return datasets.Dataset.from_dict(shaped, features=datasets.Features(
             {c: extra if c == "extra_info" else feats[c] for c in columns}))
+
+
+def _policy(prop: Proposal, cfg: dict[str, Any]) -> str | None:
+    """How a task of this method is verified before it is kept, or None if it is not kept."""
+    if prop.method in cfg["unverified_methods"]:
+        return UNVERIFIED
+    if prop.method not in cfg["methods"]:
+        return None
+    return BY_CONSTRUCTION if prop.method in BY_CONSTRUCTION_METHODS else SELF_CONSISTENCY
+
+
+def _stats(counts: dict[str, Counter[str]], seeds: int, passes: int, kept: int,
+           timing: Counter[str]) -> dict[str, Any]:
+    """The round's counts, JSON-safe: per method proposed / kept / dropped by reason."""
+    methods = {}
+    for method, tally in sorted(counts.items()):
+        dropped = {k.removeprefix("dropped_"): v for k, v in sorted(tally.items())
+                   if k.startswith("dropped_")}
+        methods[method] = {"proposed": tally["proposed"], "kept": tally["kept"],
+                           "dropped": dropped}
+    tokens, seconds = timing["generated_tokens"], timing["generate_seconds"]
+    return {"seeds": seeds, "passes": passes,
+            "proposed": sum(m["proposed"] for m in methods.values()), "kept": kept,
+            "methods": methods, "generated_tokens": tokens,
+            "generate_seconds": round(seconds, 3),
+            "tokens_per_second": round(tokens / seconds, 1) if seconds else 0.0,
+            "verify_tokens": timing["verify_tokens"],
+            "verify_seconds": round(timing["verify_seconds"], 3)}

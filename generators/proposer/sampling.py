@@ -2,10 +2,12 @@
 
 The model sees a few-shot chat ("Question: ...\nAnswer: <calculation> = <result>") per
 seed. Sampling is batched and reproducible: the shared few-shot prefix runs through the
-model once, each seed's prompt once, and every (seed, round, pass, batch) has its own RNG
+model once, each chat's prompt once, and every (seed, round, pass, batch) has its own RNG
 stream, so the same config samples the same tokens and the caller's torch RNG is untouched.
-Config (data.datagen): max_new_tokens, temperature, top_p, batch_size (seeds per generate
-call), proposals_per_seed, num_threads (one per two cores).
+`complete` samples any chats that share a few-shot prefix (the solver in verifying.py uses
+it too); `propose` is the proposer's call. Config (data.datagen): max_new_tokens,
+temperature, top_p, batch_size (chats per generate call), proposals_per_seed, num_threads
+(one per two cores).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import inspect
 import os
 import re
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -55,12 +58,34 @@ def messages_for(seed: Seed) -> list[dict[str, str]]:
     return [*few_shot(), {"role": "user", "content": ASK + seed.question}]
 
 
-def encode(tokenizer: Any, seeds: list[Seed]) -> tuple[list[int], list[list[int]]]:
-    """(shared prefix ids, per-seed suffix ids); the prefix is empty if the template splits it."""
-    full = [tokenizer.apply_chat_template(messages_for(s), add_generation_prompt=True,
-                                          tokenize=False) for s in seeds]
+Chat = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample: completions per chat, their length, temperature, batching, threads."""
+
+    n: int
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    batch_size: int
+    num_threads: int | None = None
+
+
+def proposer_sampling(cfg: dict[str, Any]) -> Sampling:
+    """The proposer's sampling settings from its config."""
+    return Sampling(int(cfg["proposals_per_seed"]), int(cfg["max_new_tokens"]),
+                    float(cfg["temperature"]), float(cfg["top_p"]),
+                    max(1, int(cfg["batch_size"])), cfg.get("num_threads"))
+
+
+def encode(tokenizer: Any, shots: Chat, chats: list[Chat]) -> tuple[list[int], list[list[int]]]:
+    """(shared prefix ids, per-chat suffix ids); the prefix is empty if the template splits it."""
+    full = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+            for c in chats]
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in full]
-    prefix = tokenizer(tokenizer.apply_chat_template(few_shot(), tokenize=False),
+    prefix = tokenizer(tokenizer.apply_chat_template(shots, tokenize=False),
                        add_special_tokens=False)["input_ids"]
     if not all(len(i) > len(prefix) and i[:len(prefix)] == prefix for i in ids):
         prefix = []
@@ -90,25 +115,32 @@ def seed_int(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little")
 
 
-def complete(model: Any, tokenizer: Any, seeds: list[Seed], cfg: dict[str, Any],
-             stream: tuple[Any, ...]) -> tuple[list[list[str]], int, float]:
-    """(`proposals_per_seed` completions per seed, tokens generated, seconds), batched.
+def propose(model: Any, tokenizer: Any, seeds: list[Seed], cfg: dict[str, Any],
+            stream: tuple[Any, ...]) -> tuple[list[list[str]], int, float]:
+    """(`proposals_per_seed` completions per seed, tokens generated, seconds), batched."""
+    return complete(model, tokenizer, few_shot(), [messages_for(s) for s in seeds],
+                    proposer_sampling(cfg), stream)
 
-    `stream` names the RNG stream (seed, round, pass): the same stream samples the same tokens.
+
+def complete(model: Any, tokenizer: Any, shots: Chat, chats: list[Chat], sampling: Sampling,
+             stream: tuple[Any, ...]) -> tuple[list[list[str]], int, float]:
+    """(`sampling.n` completions per chat, tokens generated, seconds), batched.
+
+    Every chat starts with `shots` (computed once). `stream` names the RNG stream (e.g. seed,
+    round, pass): the same stream samples the same tokens.
     """
     import torch
 
-    n, size = int(cfg["proposals_per_seed"]), max(1, int(cfg["batch_size"]))
-    temperature = float(cfg["temperature"])
+    n, size, temperature = sampling.n, sampling.batch_size, sampling.temperature
     pad = tokenizer.pad_token_id
     out: list[list[str]] = []
     tokens, t0 = 0, time.perf_counter()
     threads = torch.get_num_threads()
     # Two OpenMP threads on two busy cores wait on each other at every op: one thread per
     # two cores ran 3x faster than torch's default under load (see benchmarks/proposer.py).
-    torch.set_num_threads(int(cfg["num_threads"] or max(1, _cpus() // 2)))
+    torch.set_num_threads(int(sampling.num_threads or max(1, _cpus() // 2)))
     try:
-        prefix, _ = encode(tokenizer, seeds[:1])
+        prefix, _ = encode(tokenizer, shots, chats[:1])
         params = inspect.signature(type(model).forward).parameters
         cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in v5
         # Only the cache is wanted from these calls, not logits over the whole vocabulary.
@@ -117,9 +149,9 @@ def complete(model: Any, tokenizer: Any, seeds: list[Seed], cfg: dict[str, Any],
             # The instructions and examples (~80% of a prompt) go through the model once.
             shared = (model(input_ids=torch.tensor([prefix]), use_cache=True,
                             **last_logits)[cache_kw] if prefix else None)
-        for b in range(0, len(seeds), size):
-            batch = seeds[b:b + size]
-            prefix, suffixes = encode(tokenizer, batch)
+        for b in range(0, len(chats), size):
+            batch = chats[b:b + size]
+            prefix, suffixes = encode(tokenizer, shots, batch)
             width = max(map(len, suffixes))
             # [prefix | left padding | suffix]: positions come from the attention mask, so
             # each suffix continues the prefix exactly as if it were unpadded.
@@ -144,9 +176,9 @@ def complete(model: Any, tokenizer: Any, seeds: list[Seed], cfg: dict[str, Any],
                 torch.manual_seed(seed_int(*stream, b))
                 gen = model.generate(
                     input_ids=ids, attention_mask=mask, num_return_sequences=n,
-                    max_new_tokens=int(cfg["max_new_tokens"]), do_sample=temperature > 0,
+                    max_new_tokens=sampling.max_new_tokens, do_sample=temperature > 0,
                     temperature=temperature or None, pad_token_id=pad,
-                    top_p=float(cfg["top_p"]) if temperature > 0 else None,
+                    top_p=sampling.top_p if temperature > 0 else None,
                     stopping_criteria=[AnswerLineDone(tokenizer, ids.shape[1])],
                     **{cache_kw: cache},
                 )[:, ids.shape[1]:]

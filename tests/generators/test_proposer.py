@@ -1,6 +1,7 @@
 """ProposerGenerator with the real SmolLM2-135M-Instruct on CPU: contract, valid new tasks from
-hard seeds, reproducibility, the missing-dependency message, and a round that commits its
-rows. The model-free parts are in test_proposer_checking.py."""
+hard seeds, only verified labels by default, reproducibility, the missing-dependency message,
+and a round that commits its rows and counts. The model-free parts are in
+test_proposer_checking.py."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = str(REPO / ".dyngen" / "models")  # gitignored; converted once per checkout
 FAST = {"hard_k": 4, "proposals_per_seed": 2, "max_new_tokens": 32, "max_passes": 3,
         "min_rows": 1}
-KEPT = ("computed", "renumbered")  # the methods kept by default
+KEPT = ("renumbered", "arithmetic")  # the methods kept by default: verified by construction
 
 
 def proposer(**cfg: Any) -> ProposerGenerator:
@@ -94,7 +95,7 @@ def test_eight_hard_seeds_yield_eight_valid_new_tasks_with_provenance(
         info = row["extra_info"]
         assert row["data_source"] == "dyngen-proposer" and info["index"] == start + i
         assert info["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
-        assert info["method"] in KEPT
+        assert info["method"] in KEPT and info["verification"] == "by_construction"
         # seed_index is the seed's first line in the rollouts file: the hard tasks, never
         # the easy ones (lines 0-1) nor a repeated line of the same prompt.
         assert 2 <= info["seed_index"] < 2 + len(HARD)
@@ -107,13 +108,57 @@ def test_eight_hard_seeds_yield_eight_valid_new_tasks_with_provenance(
     assert gen.stats["kept"] == len(rows) and gen.stats["tokens_per_second"] > 0
 
 
+def test_the_default_policy_never_keeps_an_unverified_label(model: Any, tmp_path: Path) -> None:
+    """Same seeds, same samples, three policies. Unverified, the model's own tasks are kept
+    as written; by default none is (their labels are not verified by construction); with
+    `computed` in `methods`, only those the solver agrees with, each with its agreement, and
+    the rest are counted "not_verified". The tasks verified by construction are the same."""
+    rollouts = write_rollouts(tmp_path / "batch.jsonl")
+    cfg = {"hard_k": 8, "proposals_per_seed": 3, "max_passes": 1, "seed": 11}
+
+    def run(**policy: Any) -> tuple[datasets.Dataset, dict[str, Any]]:
+        gen = proposer(**cfg, **policy)
+        return gen.generate(task_dataset(), context=Ctx(rollouts)), gen.stats
+
+    def tasks(rows: datasets.Dataset, *methods: str) -> set[tuple[str, str]]:
+        return {(r["prompt"][-1]["content"], r["reward_model"]["ground_truth"]) for r in rows
+                if r["extra_info"]["method"] in methods}
+
+    loose, _ = run(methods=list(KEPT), unverified_methods=["computed", "model"])
+    strict, strict_stats = run()
+    solved, solved_stats = run(methods=[*KEPT, "computed"])
+    assert tasks(loose, "computed"), loose  # the model wrote tasks of its own to verify
+    assert all(r["extra_info"]["verification"] == "none" for r in loose
+               if r["extra_info"]["method"] not in KEPT)
+    for rows in (strict, solved):
+        assert tasks(rows, *KEPT) == tasks(loose, *KEPT)
+        assert not tasks(rows, "model")
+    assert all(r["extra_info"]["verification"] == "by_construction" for r in strict)
+    assert strict_stats["methods"]["computed"]["kept"] == 0
+    # (a repeat of a dropped question is dropped again, so at least as many as were kept)
+    assert strict_stats["methods"]["computed"]["dropped"]["not_kept"] >= len(
+        tasks(loose, "computed"))
+
+    assert tasks(solved, "computed") <= tasks(loose, "computed")
+    for row in solved:
+        info = row["extra_info"]
+        if info["method"] == "computed":
+            assert info["verification"] == "self_consistency" and info["agreement"] >= 0.6
+        else:
+            assert (info["verification"], info["agreement"]) == ("by_construction", None)
+    computed = solved_stats["methods"]["computed"]
+    assert computed["kept"] == len(tasks(solved, "computed"))
+    assert computed["kept"] + computed["dropped"].get("not_verified", 0) == len(
+        tasks(loose, "computed"))
+
+
 def test_same_seed_same_rows_other_seed_other_rows(model: Any) -> None:
     data = task_dataset()
 
     def run(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         gen = proposer(**{**FAST, "hard_k": 3, "max_passes": 1, "seed": seed})
         rows = gen.generate(data).to_list()
-        timing = ("generate_seconds", "tokens_per_second")
+        timing = ("generate_seconds", "tokens_per_second", "verify_seconds")
         return rows, {k: v for k, v in gen.stats.items() if k not in timing}
 
     first = run(1)
@@ -126,12 +171,12 @@ def test_shared_prefix_cache_generates_what_plain_generate_does(model: Any) -> N
     cache; greedy decoding must still match plain per-prompt generate() token for token."""
     import torch
 
-    from generators.proposer.sampling import AnswerLineDone, complete, messages_for
+    from generators.proposer.sampling import AnswerLineDone, messages_for, propose
 
     lm, tokenizer, _ = model
     seeds = [Seed(i, q, 0.1, a) for i, (q, a) in enumerate(HARD[:3])]
     cfg = {**proposer().settings(), "temperature": 0, "proposals_per_seed": 1}
-    batched, _, _ = complete(lm, tokenizer, seeds, cfg, (0,))
+    batched, _, _ = propose(lm, tokenizer, seeds, cfg, (0,))
     for seed, (got,) in zip(seeds, batched, strict=True):
         text = tokenizer.apply_chat_template(messages_for(seed), add_generation_prompt=True,
                                              tokenize=False)
@@ -194,7 +239,8 @@ def test_rows_take_the_datasets_columns_and_add_their_provenance(model: Any) -> 
                if c != "extra_info")
     assert dict(new.features["extra_info"]) == {
         **declared, "seed_score": datasets.Value("float64"), "model": datasets.Value("string"),
-        "method": datasets.Value("string")}
+        "method": datasets.Value("string"), "verification": datasets.Value("string"),
+        "agreement": datasets.Value("float64")}
     for info in new["extra_info"]:
         assert info["split"] is None and info["score"] is None
         assert info["model"] == DEFAULT_GGUF and info["method"] in KEPT
@@ -240,6 +286,12 @@ def test_a_round_commits_the_proposals_with_provenance_and_lineage(
         assert info["model"] == DEFAULT_GGUF and info["method"] in KEPT
     lineage = store.head("gsm").lineage
     assert lineage["generator"]["class"] == "generators.proposer.generator.ProposerGenerator"
+    # The generator's counts per method are saved with the version: proposed = kept + dropped.
+    stats = lineage["generator"]["stats"]
+    assert stats["kept"] == counts["generated"] and stats["proposed"] > stats["kept"]
+    for method, tally in stats["methods"].items():
+        assert tally["proposed"] == tally["kept"] + sum(tally["dropped"].values()), method
+    assert sum(t["kept"] for t in stats["methods"].values()) == stats["kept"]
     assert lineage["trigger"]["rollouts"] == str(rollouts)
     assert store.head("gsm").idempotency_key == "event:batch-41"
     assert verify(store, "gsm") == []

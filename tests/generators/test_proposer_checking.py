@@ -1,4 +1,4 @@
-"""The proposer without its model: seeds, parsing, exact verification, renumbering."""
+"""The proposer without its model: seeds, parsing, exact arithmetic, renumbering, voting."""
 
 from __future__ import annotations
 
@@ -12,14 +12,18 @@ import datasets
 import pytest
 
 from generators.proposer import (
+    Proposal,
     ProposerGenerator,
     Seed,
+    ambiguous,
     normalise,
     parse_proposal,
     renumber,
     safe_eval,
     seeds_from_dataset,
     seeds_from_rollouts,
+    solution_value,
+    vote,
 )
 from tests.generators.proposer_tasks import HARD, task_row, write_rollouts
 
@@ -46,32 +50,56 @@ def test_seeds_from_dataset_lowest_score_first_then_newest() -> None:
     assert [s.index for s in seeds] == [3, 1, 5, 4]  # row 0 is outside the window
 
 
+def shape(p: Proposal) -> Any:
+    """A task as (question, truth, method), a dropped completion as its reason."""
+    return (p.question, p.truth, p.method) if p.ok else p.reason
+
+
 @pytest.mark.parametrize("text,expected", [
     ("Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 + 29 = 43 pens",
      ("Ann has 14 pens and buys 29 more. How many pens?", "43", "computed")),
-    ("Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 * 29 = 43",
-     "wrong_result"),  # the model's own result disagrees with its calculation
-    ("Question: What is 17 * 3?\nAnswer: 51", ("What is 17 * 3?", "51", "computed")),
+    ("Question: What is 17 * 3?\nAnswer: 51", ("What is 17 * 3?", "51", "arithmetic")),
+    # A question that is only arithmetic is labelled with its own value, not the answer's.
+    ("Question: What is 17 * 3?\nAnswer: 17 + 3 = 20", ("What is 17 * 3?", "51", "arithmetic")),
     ("Question: A box has 24 pens. How many pens are in 6 boxes?\nAnswer: 24 / 6 = 4",
      "near_copy"),  # the seed's numbers, and not the seed's answer
-    ("Question: How many chairs are in 15 rows?\nAnswer: 15 * 12 = 180", "numbers_mismatch"),
     ("Question: Ann has 5 pens. She has 5 + 3 = 8. How many?\nAnswer: 8", "solution_in_question"),
-    ("Question: Ann had 3 pens and lost 9. How many are left?\nAnswer: 3 - 9 = -6",
-     "nonpositive_answer"),
     ("Question: A box holds 24 pencils. How many pencils are in 6 boxes?\nAnswer: 144",
      "near_copy"),  # a copy of the seed that does not show how to solve it
     ("Question: How many pens?\nAnswer: 2 + 2 = 4", "bad_length"),
     ("Just some text without the format.", "unparsed"),
-    ("Question: Ann has 5 pens and buys 3 more.\nAnswer: __import__('os') = 1",
-     "no_calculation"),
+    ("Question: Ann has 14 pens.\n", "no_answer"),
+    # No calculation over the question's own numbers answers these: a unit conversion or a
+    # price is missing, so the computed truth cannot be right.
+    ("Question: A printer prints 15 pages per minute. How many pages in 2 hours?\n"
+     "Answer: 15 * 2 = 30", "mixed_units"),
+    ("Question: Sam sold 48 cupcakes and 36 muffins. How much money did he make?\n"
+     "Answer: 48 + 36 = 84", "no_price"),
 ])
 def test_parse_and_validate(text: str, expected: Any) -> None:
     seed = Seed(0, "A box holds 24 pencils. How many pencils are in 6 boxes?", 0.1, "144")
-    cfg = {"min_question_chars": 15, "max_question_chars": 300,
-           "methods": ("computed", "renumbered")}
+    cfg = {"min_question_chars": 15, "max_question_chars": 300}
     seen = {normalise(seed.question)}
-    got = parse_proposal(text, seed, seen, cfg, random.Random(0))
-    assert got == expected
+    assert shape(parse_proposal(text, seed, seen, cfg, random.Random(0))) == expected
+
+
+@pytest.mark.parametrize("text,truth,note", [
+    # The model's own result disagrees with its calculation: its number, and why.
+    ("Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 * 29 = 43",
+     "43", "wrong_result"),
+    ("Question: How many chairs are in 15 rows?\nAnswer: 15 * 7 = 105", "105",
+     "numbers_mismatch"),
+    ("Question: Ann had 3 pens and lost 9. How many are left?\nAnswer: 3 - 9 = -6", "6",
+     "nonpositive_answer"),
+    ("Question: Ann has 5 pens and buys 3 more.\nAnswer: __import__('os') = 1", "1",
+     "no_calculation"),
+])
+def test_a_task_whose_truth_is_not_computed_is_method_model(text: str, truth: str,
+                                                            note: str) -> None:
+    seed = Seed(0, HARD[1][0], 0.1, HARD[1][1])
+    got = parse_proposal(text, seed, set(), {"min_question_chars": 15,
+                                             "max_question_chars": 300}, random.Random(0))
+    assert (got.ok, got.method, got.truth, got.note) == (True, "model", truth, note)
 
 
 @pytest.mark.parametrize("text", [
@@ -81,39 +109,100 @@ def test_parse_and_validate(text: str, expected: Any) -> None:
 ])
 def test_a_calculation_that_solves_the_seed_renumbers_the_seeds_text(text: str) -> None:
     seed = Seed(4, HARD[4][0], 0.1, HARD[4][1])  # 15 rows of 12 chairs: 180
-    question, truth, method = parse_proposal(
-        text, seed, set(), {"min_question_chars": 5, "max_question_chars": 300,
-                            "methods": ("renumbered",)}, random.Random(0))
-    rows, chairs = (int(n) for n in re.findall(r"\d+", question))
-    assert method == "renumbered" and rows > 15 and chairs > 12
-    assert truth == str(rows * chairs)
-    assert question == (f"There are {rows} rows of chairs with {chairs} chairs in each row. "
-                        "How many chairs are there?")
+    got = parse_proposal(text, seed, set(), {"min_question_chars": 5,
+                                             "max_question_chars": 300}, random.Random(0))
+    rows, chairs = (int(n) for n in re.findall(r"\d+", got.question or ""))
+    assert got.method == "renumbered" and rows > 15 and chairs > 12
+    assert got.truth == str(rows * chairs)
+    assert got.question == (f"There are {rows} rows of chairs with {chairs} chairs in each "
+                            "row. How many chairs are there?")
 
 
-def test_methods_choose_what_is_kept() -> None:
-    seed = Seed(0, HARD[0][0], 0.1, HARD[0][1])
-    text = "Question: Ann has 14 pens and buys 29 more. How many pens?\nAnswer: 14 + 29 = 43"
-    cfg = {"min_question_chars": 5, "max_question_chars": 300}
-    parse = lambda methods, t=text: parse_proposal(  # noqa: E731
-        t, seed, set(), {**cfg, "methods": methods}, random.Random(0))
-    assert parse(("renumbered",)) == "computed_not_kept"
-    assert parse(("computed",))[2] == "computed"
-    guess = "Question: Ann has some pens and buys more. How many pens?\nAnswer: about 40"
-    assert parse(("computed",), guess) == "no_calculation"
-    assert parse(("model",), guess) == ("Ann has some pens and buys more. How many pens?",
-                                        "40", "model")
-    with pytest.raises(ValueError, match="methods: expected some of"):
+def test_settings_name_the_policy_and_refuse_what_they_cannot_do() -> None:
+    cfg = ProposerGenerator({}).settings()
+    assert list(cfg["methods"]) == ["renumbered", "arithmetic"]
+    assert not cfg["unverified_methods"]
+    with pytest.raises(ValueError, match="methods: expected a list of some of"):
         ProposerGenerator({"methods": ["guess"]}).settings()
+    with pytest.raises(ValueError, match="unverified_methods: expected .* computed, model"):
+        ProposerGenerator({"unverified_methods": ["renumbered"]}).settings()
+    with pytest.raises(ValueError, match="verify_samples >= 1"):
+        ProposerGenerator({"verify_samples": 0}).settings()
+    with pytest.raises(ValueError, match="verify_agreement <= 1"):
+        ProposerGenerator({"verify_agreement": 1.5}).settings()
     with pytest.raises(ValueError, match=r"unknown keys \['temprature'\]"):
         ProposerGenerator({"temprature": 0.5}).settings()
 
 
 def test_renumbering_keeps_a_whole_answer_whole() -> None:
     for i in range(20):
-        question, truth = renumber(HARD[3][0], "96 / 8", random.Random(i))
+        (question, truth), _ = renumber(HARD[3][0], "96 / 8", random.Random(i))
         cookies, bags = (int(n) for n in re.findall(r"\d+", question))
         assert cookies > 96 and bags > 8 and Fraction(cookies, bags) == int(truth)
+
+
+def test_renumbering_keeps_every_step_of_the_formula_whole_and_positive() -> None:
+    seed = "A baker packs 96 cookies into 8 bags and sells 3 bags. How many cookies are sold?"
+    for i in range(20):
+        (question, truth), _ = renumber(seed, "96 / 8 * 3", random.Random(i))
+        cookies, bags, sold = (int(n) for n in re.findall(r"\d+", question))
+        assert cookies % bags == 0 and cookies // bags * sold == int(truth)  # whole bags
+        (question, truth), _ = renumber("Joe had 45 cards, lost 18 and bought 7. How many?",
+                                        "45 - 18 + 7", random.Random(i))
+        had, lost, bought = (int(n) for n in re.findall(r"\d+", question))
+        assert had > lost and had - lost + bought == int(truth)
+
+
+@pytest.mark.parametrize("question,expr,check", [
+    ("A shop sold 30% of its 120 shirts. How many shirts did it sell?", "30 * 120 / 100",
+     lambda nums: nums[0] <= 100),  # a percentage stays a percentage
+    ("Kevin works 5 days a week for 3 weeks. How many days does he work?", "5 * 3",
+     lambda nums: nums[0] <= 7),
+    ("Sue sleeps 8 hours a day for 9 days. How many hours does she sleep?", "8 * 9",
+     lambda nums: nums[0] <= 24),
+    ("There are 7 days in a week. Jake runs 5 miles a day. How many miles in a week?",
+     "7 * 5", lambda nums: nums[0] == 7),  # a unit conversion never changes
+    ("A show starts at 3 pm and has 4 acts of 20 minutes. How long is it in minutes?",
+     "4 * 20", lambda nums: nums[0] == 3),
+])
+def test_renumbering_keeps_the_story_possible(question: str, expr: str, check: Any) -> None:
+    for i in range(20):
+        new, why = renumber(question, expr, random.Random(i))
+        assert new is not None, why
+        nums = [int(n) for n in re.findall(r"\d+", new[0])]
+        assert check(nums), new[0]
+
+
+def test_a_formula_another_one_could_stand_for_is_not_renumbered() -> None:
+    # 4 - 2 = 4 / 2 = 2: which one the seed means is not known, so renumbering could lie.
+    assert ambiguous("4 - 2") and ambiguous("2 + 2") and not ambiguous("45 - 18")
+    assert not ambiguous("3 * 12 - 9") and not ambiguous("1250 + 340 - 175")
+    assert renumber("Ann had 4 pens and lost 2. How many are left?", "4 - 2",
+                    random.Random(0)) == (None, "ambiguous_formula")
+    assert renumber("Add 2 and 3 and 4 and 5 and 6.", "2 + 3 + 4 + 5 + 6",
+                    random.Random(0)) == (None, "formula_unchecked")
+
+
+@pytest.mark.parametrize("reply,value", [
+    ("Answer: 11 + 15 = 27 cows", 26),  # its calculation, exactly, not its arithmetic slip
+    ("Answer: 3 * 20 - 15 = 45", 45), ("Answer: about 40 cows", 40),
+    ("Answer: 5 / 2 = 2", Fraction(5, 2)), ("no answer at all", None),
+])
+def test_a_solver_reply_is_worth_its_calculation(reply: str, value: Any) -> None:
+    assert solution_value(reply) == value
+
+
+@pytest.mark.parametrize("answers,verified,agreement", [
+    ([26, 26, 26, 4, None], True, 0.6),
+    ([26, 26, 4, 4, 9], False, 0.4),  # a tie is not a majority
+    ([26, 26, 4, None, None], False, 0.4),  # the most common, but below the agreement
+    ([4, 4, 4, 26, 26], False, 0.4),
+    ([None] * 5, False, 0.0),
+])
+def test_a_label_is_verified_only_by_a_clear_majority(answers: list[Any], verified: bool,
+                                                      agreement: float) -> None:
+    got = vote([None if a is None else Fraction(a) for a in answers], "26", 0.6)
+    assert (got.verified, got.agreement) == (verified, agreement)
 
 
 @pytest.mark.parametrize("expr,value", [("2 + 3 * 4", 14), ("(1 + 2) / 4", Fraction(3, 4)),
