@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,9 @@ def seeds_from_rollouts(rollouts: Sequence[Rollout], k: int) -> list[Seed]:
 
     Read them with `context.read_rollouts()`: the file is confined, bounded and checked.
     """
+    if isinstance(rollouts, (str, os.PathLike)):
+        raise TypeError("seeds_from_rollouts takes parsed rollouts, not a path: pass "
+                        "context.read_rollouts() (or RolloutsPolicy(dirs).read(path)).")
     groups: dict[str, dict[str, Any]] = {}
     for r in rollouts:
         question = question_of(r.prompt)

@@ -30,6 +30,8 @@ def test_seeds_from_rollouts_average_repeats_and_rank_lowest_first(tmp_path: Pat
     seeds = seeds_from_rollouts(RolloutsPolicy((str(tmp_path),)).read(str(path)), 3)
     assert [s.index for s in seeds] == [2, 3, 4]
     assert seeds[0].truth == "19" and seeds[0].score == pytest.approx(0.05)
+    with pytest.raises(TypeError, match="not a path: pass context.read_rollouts()"):
+        seeds_from_rollouts(str(path), 3)  # the one way to read a rollouts file is confined
 
 
 def test_seeds_from_dataset_lowest_score_first_then_newest() -> None:
