@@ -13,7 +13,7 @@ from prefect.client.schemas.objects import TaskRun
 from prefect.states import State
 from prefect.tasks import exponential_backoff
 
-from dyngen.errors import DyngenError, StoreError
+from dyngen.errors import CommitConflictError, DyngenError
 from dyngen.round import (
     RoundContext,
     call_generator,
@@ -46,11 +46,12 @@ def generate_rows(datagen: DictConfig, dataset: datasets.Dataset | None, context
 def can_pass(task: Task, task_run: TaskRun, state: State) -> bool:
     """Whether a failed generate run is worth retrying: not for an error that cannot pass.
 
-    Config, trigger, rollouts and generator-output errors (DyngenError, bar the store's) fail
-    the same way every time; a generator's own exception or a timeout may not.
+    dyngen's own errors (config, trigger, rollouts, generator output, store damage) fail the
+    same way every time, bar a commit conflict; a generator's own exception or a timeout
+    may not.
     """
     exc = state.result(raise_on_failure=False)
-    return not (isinstance(exc, DyngenError) and not isinstance(exc, StoreError))
+    return not isinstance(exc, DyngenError) or isinstance(exc, CommitConflictError)
 
 
 def configured(cfg: DictConfig) -> Task:
