@@ -19,12 +19,10 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dyngen.errors import ConfigError, RolloutsError
 
-ROLLOUTS_FOLDER = "rollouts"  # under the store root: the default allowed folder
 DEFAULT_MAX_ROLLOUTS_BYTES = 64 * 1024 * 1024
 MAX_SHOWN_PATH = 200
 FORMAT = '{"prompt": text or [{"role", "content"}, ...], "score": number}'
@@ -35,12 +33,6 @@ _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pi
 # swapped for a link after the check fails to open.
 _OPEN_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
                | getattr(os, "O_CLOEXEC", 0))
-
-
-def rollouts_dir(store_root: str | os.PathLike[str], dataset: str | None = None) -> Path:
-    """The default folder for rollouts files: `<store root>/rollouts[/<dataset>]`."""
-    folder = Path(store_root).resolve() / ROLLOUTS_FOLDER
-    return folder / dataset if dataset else folder
 
 
 def absolute_dirs(dirs: Iterable[str]) -> list[str]:

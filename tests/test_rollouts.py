@@ -14,7 +14,8 @@ import pytest
 
 from dyngen.config import load_config
 from dyngen.errors import ConfigError, RolloutsError
-from dyngen.rollouts import RolloutsPolicy, parse_rollouts, rollouts_dir
+from dyngen.integrations.rollouts import rollouts_dir
+from dyngen.rollouts import RolloutsPolicy, parse_rollouts
 
 SECRET = "SECRET_TOKEN=sk-live-5f0c2a9e77d41b3c"
 
@@ -55,12 +56,13 @@ def test_a_file_in_an_allowed_folder_is_read_as_rollouts(allowed: Path) -> None:
     assert (second.line, second.score, second.ground_truth) == (3, 1.0, "7")
 
 
-def test_the_default_folder_is_rollouts_under_the_store_root(tmp_path: Path) -> None:
+def test_the_default_folder_is_rollouts_under_the_store_root_where_trainers_write(
+        tmp_path: Path) -> None:
     cfg = load_config(overrides=[f"store.root={tmp_path / 'store'}"])
     default = RolloutsPolicy.from_config(cfg)
     assert default.dirs == (str(tmp_path / "store" / "rollouts"),)
-    assert rollouts_dir(tmp_path / "store", "ds") == tmp_path / "store" / "rollouts" / "ds"
-    inside = rollouts_dir(tmp_path / "store", "ds") / "b.jsonl"
+    # Where the trainer integrations (dyngen follow, TRL) write theirs.
+    inside = rollouts_dir(tmp_path / "store", "ds", "run-1") / "b.jsonl"
     inside.parent.mkdir(parents=True)
     inside.write_text('{"prompt": "x?", "score": 0}\n')
     assert default.check(str(inside)) == str(inside)

@@ -15,7 +15,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from typer.testing import CliRunner
 
 from dyngen.cli import app
-from dyngen.rollouts import rollouts_dir
+from dyngen.integrations.rollouts import rollouts_dir
 from dyngen.store import Store
 from flows.generation_round import generation_round
 from tests.rows import verl_rows
@@ -55,7 +55,7 @@ def generate_run_counts(state: Any, timeout: float = 60.0) -> list[int]:
 
 
 def test_rollouts_in_the_default_folder_reach_the_generator(store: Store, tmp_path: Path) -> None:
-    path = rollouts_dir(store.root, "ds") / "batch-1.jsonl"
+    path = rollouts_dir(store.root, "ds", "run-1") / "batch-1.jsonl"
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps({"prompt": f"What is {i} + 1?", "score": 0.5}) + "\n"
                             for i in range(2)))
@@ -73,14 +73,14 @@ def test_a_path_outside_the_allowed_folders_fails_before_the_generator_runs(
                              {"step": 2, "rollouts": str(secret)}, return_state=True)
     assert state.is_failed()
     assert "is outside the allowed directories" in state.message
-    assert str(rollouts_dir(store.root)) in state.message
+    assert str(store.root / "rollouts") in state.message
     assert not (tmp_path / "calls").exists(), "the generator ran"
     assert store.head_version("ds") == 0
 
 
 def test_a_bad_rollouts_file_fails_the_round_once_and_echoes_nothing(
         store: Store, tmp_path: Path) -> None:
-    leaked = rollouts_dir(store.root, "ds") / "leaked.env"  # allowed, but not rollouts
+    leaked = rollouts_dir(store.root, "ds", "run-1") / "leaked.env"  # allowed, but not rollouts
     leaked.parent.mkdir(parents=True)
     leaked.write_text(SECRET + "\n")
     state = generation_round("ds", config(store, tmp_path / "calls"),

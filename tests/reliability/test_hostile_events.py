@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from dyngen.events import EVENT_NAME, emit_batch_end, resource_id
+from dyngen.integrations.rollouts import rollouts_dir
 from dyngen.local_server import LocalServer
-from dyngen.rollouts import rollouts_dir
 from dyngen.store import Store, verify
 from tests.e2e.conftest import auth_server  # noqa: F401  (a real server, basic auth on)
 from tests.e2e.test_triggered_rounds import ROUND_CONFIG, serving, wait_for_versions
@@ -219,7 +219,7 @@ def test_hostile_events_fail_their_runs_clearly_and_touch_nothing(
     (sentinel / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
     store = Store(tmp_path / "outside" / "srv" / "store")
     store.create(DATASET, verl_rows(4))
-    allowed = rollouts_dir(store.root, DATASET)
+    allowed = rollouts_dir(store.root, DATASET, "run-1")  # where the trainer integrations write
     allowed.mkdir(parents=True)
     hostile = {**HOSTILE, **rollouts_events(tmp_path, allowed)}
     logs = tmp_path / "logs"
@@ -269,7 +269,7 @@ def test_hostile_events_fail_their_runs_clearly_and_touch_nothing(
         assert run.run_count == 1, f"{case}: ran {run.run_count} times"
         assert generated[str(run.id)] == [1] * event.generator_runs, (case, generated)
         if "outside the allowed" in event.run_fails_with:
-            assert str(allowed.parent) in run.state.message  # names where rollouts may be
+            assert str(store.root / "rollouts") in run.state.message  # where rollouts may be
         shown = run.state.message.replace(str(tmp_path), "<tmp>").split(": ", 1)[-1]
         report.append(f"  {case:<28} {run.state.name}: {shown[:120]}")
     print("\nhostile events:\n" + "\n".join(report))
