@@ -82,6 +82,12 @@ class _Group(TyperGroup):
         except (DyngenError, OSError) as exc:
             _fail(ctx, _describe(exc), EXIT_USER_ERROR, hint=_root_hint(ctx, exc))
         except Exception as exc:
+            status = getattr(getattr(exc, "response", None), "status_code", None)
+            if status in (401, 403):  # a Prefect server with basic auth (README: Security)
+                from dyngen.server_auth import AUTH_HINT
+
+                _fail(ctx, f"the Prefect server refused the request (HTTP {status}): {exc}",
+                      EXIT_USER_ERROR, hint=AUTH_HINT)
             _fail(ctx, f"unexpected {type(exc).__name__}: {exc}", EXIT_UNEXPECTED,
                   hint="this is a bug or an environment problem; rerun with --debug for "
                        "the traceback")
@@ -356,7 +362,8 @@ def round_(
     event_id: Annotated[str | None, typer.Option(
         help="Trigger id; a round with an id already committed commits nothing.")] = None,
     rollouts: Annotated[Path | None, typer.Option(
-        help="The batch's rollouts file (JSONL of prompt and score) for the generator.")] = None,
+        help="The batch's rollouts file (JSONL of prompt and score) for the generator; its "
+             "folder is allowed for this run.")] = None,
 ) -> None:
     """Run one generation round now, as a Prefect flow run, and print what it committed."""
     from omegaconf import OmegaConf
@@ -370,8 +377,13 @@ def round_(
     if state.root is not None:
         cfg.store.root = str(state.root)
     ensure_prefect_api()  # a temporary server, if any, starts now, patiently and announced
+    if rollouts is not None:
+        # The user at this shell names the file, not an event: its folder is allowed for
+        # this one run (the size bound still holds).
+        rollouts = rollouts.resolve()
+        cfg.round.rollouts_dirs = [*cfg.round.rollouts_dirs, str(rollouts.parent)]
     given = {"step": step, "event_id": event_id,
-             "rollouts": str(rollouts.resolve()) if rollouts else None}
+             "rollouts": str(rollouts) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}
     result = generation_round(name, config=OmegaConf.to_container(cfg, resolve=True),
                               trigger=trigger or None)
@@ -400,6 +412,7 @@ def serve_(
     from omegaconf import OmegaConf
 
     from dyngen.config import load_config
+    from dyngen.rollouts import absolute_dirs
     from flows.serve import serve_rounds
 
     state = _state(ctx)
@@ -407,6 +420,7 @@ def serve_(
     if state.root is not None:
         cfg.store.root = str(state.root)
     cfg.store.root = str(Path(cfg.store.root).resolve())  # runs start in other folders
+    cfg.round.rollouts_dirs = absolute_dirs(cfg.round.rollouts_dirs)
     serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches)
 
 

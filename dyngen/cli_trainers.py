@@ -60,9 +60,9 @@ def emit_command(
     if sent.status == "queued":
         # Exit 0: a shell training loop under `set -e` must go on through an outage.
         out.print(f"queued dyngen.batch.ended for {name!r} step {step} (event "
-                        f"{sent.event_id}) in the outbox {Outbox().root}: the server is "
-                        "unreachable; the next emit or `dyngen emit --flush` delivers it",
-                        markup=False)
+                        f"{sent.event_id}) in the outbox {Outbox().root}: "
+                        f"{sent.reason or 'the server is unreachable'}; the next emit or "
+                        "`dyngen emit --flush` delivers it", markup=False)
         return
     out.print(f"emitted dyngen.batch.ended for {name!r} step {step} (event "
                     f"{sent.event_id})", markup=False)

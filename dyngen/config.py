@@ -102,6 +102,10 @@ class RoundConfig:
     # Generation split into this many partitions, each a generate task on the task runner.
     partitions: int = 1
     task_runner: TaskRunnerConfig = field(default_factory=TaskRunnerConfig)
+    # The only folders a trigger's rollouts file may be in (an event names the file; the
+    # round reads it with the worker's rights), and the largest file it reads.
+    rollouts_dirs: list[str] = field(default_factory=lambda: ["${store.root}/rollouts"])
+    max_rollouts_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass
@@ -335,13 +339,16 @@ def _check_shape(value: Any, cls: type, prefix: str, source: str) -> None:
 
 
 def _check_list(full: str, tp: Any, item: Any, source: str) -> None:
-    """Check a list field holds a list of mappings (interpolation strings pass through)."""
+    """Check a list field holds mappings or strings, as declared (interpolations pass)."""
     if isinstance(item, str):
         return
     if not isinstance(item, list):
         raise _type_error(full, _expected(tp), item, source)
+    of_text = typing.get_args(tp) == (str,)
     for index, entry in enumerate(item):
-        if not isinstance(entry, Mapping):
+        if of_text and not isinstance(entry, str):
+            raise _type_error(f"{full}[{index}]", "a string", entry, source)
+        if not of_text and not isinstance(entry, Mapping):
             raise _type_error(f"{full}[{index}]", "a mapping with path and name", entry, source)
 
 
@@ -401,6 +408,12 @@ _RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         f"one of {', '.join(TASK_RUNNER_KINDS)}",
         "round.task_runner.kind=ray",
     ),
+    (
+        "round.max_rollouts_bytes",
+        lambda v: v > 0,
+        "a positive integer (bytes)",
+        "round.max_rollouts_bytes=67108864",
+    ),
 )
 
 
@@ -411,6 +424,13 @@ def _check_ranges(cfg: DictConfig) -> None:
         if not ok(value):
             raise ConfigError(
                 f"{key}: expected {expected}, found {_describe(value)}. Set it, e.g. {example}."
+            )
+    for index, folder in enumerate(cfg.round.rollouts_dirs):
+        if not _non_empty(folder):
+            raise ConfigError(
+                f"round.rollouts_dirs[{index}]: expected a folder path, found "
+                f"{_describe(folder)}. List the folders rollouts files may be read from, e.g. "
+                "round.rollouts_dirs=[/data/rollouts]."
             )
     for index, entry in enumerate(cfg.round.filters):
         for part in ("path", "name"):

@@ -96,3 +96,7 @@ class TriggerError(DyngenError, ValueError):
 
 class PrefectServerError(DyngenError, RuntimeError):
     """The Prefect server a command needs could not be started or reached."""
+
+
+class RolloutsError(TriggerError):
+    """A trigger's rollouts file is out of bounds (place, kind, size) or not rollouts JSONL."""

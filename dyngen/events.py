@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from dyngen.outbox import (
     Outbox,
     Status,
 )
+from dyngen.server_auth import AUTH_HINT
 
 EVENT_NAME = "dyngen.batch.ended"
 RESOURCE_PREFIX = "dyngen.dataset."
@@ -35,6 +37,7 @@ DATASET_LABEL = "dyngen.dataset"
 # The longest an emit can take: waiting for another process's delivery, draining a backlog
 # within its budget, and the last batch's request. A dead server costs milliseconds.
 MAX_EMIT_SECONDS = LOCK_WAIT_SECONDS + FLUSH_BUDGET_SECONDS + SEND_TIMEOUT_SECONDS
+START_SERVER = "Start the server (`prefect server start` or `dyngen demo --keep-server`) to resume."
 
 logger = logging.getLogger(__name__)
 _server_down = False  # warn once per outage, not once per batch
@@ -55,6 +58,10 @@ def batch_end_payload(step: int, metrics: Mapping[str, float] | None = None,
     """The event payload: the round's trigger, with an event id to make it idempotent."""
     clean = {str(k): float(v) for k, v in (metrics or {}).items()
              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    if rollouts is not None and "://" not in str(rollouts):
+        # The round runs in another folder (or process) than the trainer: send the path
+        # absolute, as the trainer meant it.
+        rollouts = os.path.abspath(rollouts)
     return {"trigger": {"event_id": event_id or str(uuid.uuid4()), "step": int(step),
                         "metrics": clean, "rollouts": rollouts}}
 
@@ -93,6 +100,7 @@ class BatchEndDelivery:
     status: Status
     delivered: int = 0
     pending: int = 0
+    reason: str = ""  # why it was not sent (empty when it was)
 
 
 def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None = None,
@@ -119,8 +127,11 @@ def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
                            "resume (%d sent from the outbox)", result.delivered - 1)
             _server_down = False
     elif result.status == "queued":
-        _not_sent(dataset, step, result.reason, kept=True)
-    return BatchEndDelivery(event_id, result.status, result.delivered, result.pending)
+        # Refused credentials need the setting, not a server start.
+        _not_sent(dataset, step, result.reason, kept=True,
+                  fix=f"To send it, {AUTH_HINT}." if result.unauthorized else START_SERVER)
+    return BatchEndDelivery(event_id, result.status, result.delivered, result.pending,
+                            result.reason)
 
 
 def flush_outbox(api_url: str | None = None) -> Delivery:
@@ -135,15 +146,15 @@ def flush_outbox(api_url: str | None = None) -> Delivery:
     return Outbox().deliver(url)
 
 
-def _not_sent(dataset: str, step: int, why: str, *, kept: bool) -> None:
+def _not_sent(dataset: str, step: int, why: str, *, kept: bool,
+              fix: str = START_SERVER) -> None:
     global _server_down
     if not _server_down:
-        what = ("it waits in the outbox and is sent, in order, once the server is back (the "
+        what = ("it waits in the outbox and is sent, in order, once the server takes it (the "
                 "next emit, or `dyngen emit --flush`)" if kept
                 else "no generation round runs for it")
         logger.warning("dyngen: batch-end event for dataset %r step %s was not sent: %s. "
-                       "Training continues; %s. Start the server (`prefect server start` or "
-                       "`dyngen demo --keep-server`) to resume.", dataset, step, why, what)
+                       "Training continues; %s. %s", dataset, step, why, what, fix)
         _server_down = True
     else:
         logger.debug("dyngen: batch-end event for %r step %s not sent: %s", dataset, step, why)

@@ -1,8 +1,9 @@
 """A local Prefect server and helper processes, started and stopped by PID.
 
 Used by `dyngen demo` and the end-to-end tests: `prefect server start` on 127.0.0.1
-with SQLite under a folder of ours, and child processes (serve, worker) in their own
-process groups so that stopping one stops everything it started.
+with SQLite under a folder of ours (optionally with basic auth), and child processes
+(serve, worker) in their own process groups so that stopping one stops everything it
+started.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import httpx
 
 from dyngen.errors import ConfigError, PrefectServerError
+from dyngen.server_auth import AUTH_HINT, auth_headers
 
 START_TIMEOUT_SECONDS = 180.0
 # Prefect's temporary server creates its SQLite database on the first start in a new
@@ -106,17 +109,23 @@ def wait_healthy(api_url: str, timeout: float = START_TIMEOUT_SECONDS,
 
 
 def wait_for_automation(api_url: str, name: str, timeout: float = 120.0,
-                        settle_seconds: float = 2.0) -> None:
+                        settle_seconds: float = 2.0, auth_string: str | None = None) -> None:
     """Wait until an automation (a deployment's event trigger) exists on the server.
 
     Events emitted before a trigger exists match nothing; after it appears, the server's
-    trigger service needs a moment to load it (`settle_seconds`).
+    trigger service needs a moment to load it (`settle_seconds`). `auth_string` defaults to
+    PREFECT_API_AUTH_STRING.
     """
+    headers = auth_headers(auth_string)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            found = httpx.post(f"{api_url}/automations/filter", timeout=5,
-                               json={"automations": {"name": {"any_": [name]}}}).json()
+            response = httpx.post(f"{api_url}/automations/filter", timeout=5, headers=headers,
+                                  json={"automations": {"name": {"any_": [name]}}})
+            if response.status_code in (401, 403):
+                raise PermissionError(f"the Prefect server at {api_url} refused the request "
+                                      f"(HTTP {response.status_code}); {AUTH_HINT}")
+            found = response.json()
         except (httpx.HTTPError, ValueError):
             found = []
         if isinstance(found, list) and found:
@@ -196,11 +205,12 @@ def _sqlite_file(url: str) -> Path | None:
 
 @dataclass
 class LocalServer:
-    """`prefect server start` on 127.0.0.1, SQLite under `home`."""
+    """`prefect server start` on 127.0.0.1, SQLite under `home`, basic auth if `auth_string`."""
 
     home: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    auth_string: str | None = None  # "user:password"; only /health answers without it
 
     @property
     def api_url(self) -> str:
@@ -218,8 +228,16 @@ class LocalServer:
         return self.home / "server.log"
 
     def env(self, **extra: str) -> dict[str, str]:
-        """Environment for processes that talk to this server."""
-        return prefect_env(self.home, self.api_url, extra)
+        """Environment for processes that talk to this server (with its credentials)."""
+        auth = {"PREFECT_API_AUTH_STRING": self.auth_string} if self.auth_string else {}
+        return prefect_env(self.home, self.api_url, {**auth, **extra})
+
+    def client_settings(self) -> AbstractContextManager[Any]:
+        """Prefect settings for talking to this server from this process (`with ...:`)."""
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+        return temporary_settings(updates={PREFECT_API_URL: self.api_url,
+                                           PREFECT_API_AUTH_STRING: self.auth_string})
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> LocalServer:
         """Start the server and wait until it is healthy."""
@@ -227,6 +245,10 @@ class LocalServer:
         prefect = Path(sys.executable).with_name("prefect")
         # The UI must call this server's API, not the default port 4200.
         env = prefect_env(self.home, extra={"PREFECT_UI_API_URL": self.api_url})
+        # Auth is exactly what this object says, whatever the caller's environment holds.
+        env.pop("PREFECT_SERVER_API_AUTH_STRING", None)
+        if self.auth_string:
+            env["PREFECT_SERVER_API_AUTH_STRING"] = self.auth_string
         self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
                               "--port", str(self.port)], env, self.log)
         try:

@@ -12,7 +12,6 @@ normal run. No call waits more than a few seconds, so a training step is never h
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import hashlib
@@ -24,6 +23,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from dyngen.server_auth import auth_headers, credentials_problem
 
 OUTBOX_ENV = "DYNGEN_OUTBOX"
 MAX_EVENTS_ENV = "DYNGEN_OUTBOX_MAX_EVENTS"
@@ -50,6 +51,7 @@ class Delivery:
     delivered: int = 0  # events sent by this call, earlier queued ones included
     pending: int = 0  # events of this server still in the outbox afterwards
     reason: str = ""  # why the server could not take them (empty when it did)
+    unauthorized: bool = False  # the server refused this client's credentials
 
 
 def default_root() -> Path:
@@ -76,10 +78,15 @@ class SendError(Exception):
         self.status = status
 
     @property
+    def unauthorized(self) -> bool:
+        """The server refused the credentials: resending with the right ones will do."""
+        return self.status in (401, 403)
+
+    @property
     def refused(self) -> bool:
         """The server answered that the request itself is bad: resending will not help."""
         return self.status is not None and 400 <= self.status < 500 \
-            and self.status not in (408, 409, 429)
+            and self.status not in (408, 409, 429) and not self.unauthorized
 
 
 class Outbox:
@@ -110,32 +117,33 @@ class Outbox:
             files: list[Path | None] = [*self.pending(api_url)]
             if event is not None:
                 files.append(None)  # None stands for `event`, sent in the last batch
-            sent, reason = self._send_in_order(api_url, files, event)
-            if reason is None:
+            sent, stopped = self._send_in_order(api_url, files, event)
+            if stopped is None:
                 return Delivery("sent", sent, 0)
             if event is None or sent == len(files):
-                return Delivery("queued", sent, len(self.pending(api_url)), reason)
-            return self._queue_or_drop(api_url, event, reason, sent)
+                return Delivery("queued", sent, len(self.pending(api_url)), str(stopped),
+                                stopped.unauthorized)
+            return self._queue_or_drop(api_url, event, str(stopped), sent, stopped.unauthorized)
 
     def _send_in_order(self, api_url: str, files: list[Path | None],
-                       event: Mapping[str, Any] | None) -> tuple[int, str | None]:
+                       event: Mapping[str, Any] | None) -> tuple[int, SendError | None]:
         """Send in batches, oldest first, within the budget; (events sent, why it stopped)."""
         deadline = time.monotonic() + FLUSH_BUDGET_SECONDS
         sent = 0
         for start in range(0, len(files), BATCH_EVENTS):
             if start and time.monotonic() > deadline:
-                return sent, "the rest waits for the next emit (time budget)"
+                return sent, SendError("the rest waits for the next emit (time budget)")
             batch = files[start:start + BATCH_EVENTS]
             events = [event if path is None else _read(path) for path in batch]
             try:
                 send_events(api_url, [e for e in events if e is not None])
             except SendError as exc:
                 if not exc.refused:
-                    return sent, str(exc)
+                    return sent, exc
                 try:  # one bad event must not hold back the rest: send them one by one
                     self._send_singly(api_url, events)
                 except SendError as again:  # the ones sent go again later, harmlessly
-                    return sent, str(again)
+                    return sent, again
             for path in batch:  # only now: a crash before this line re-sends, harmlessly
                 if path is not None:
                     with contextlib.suppress(FileNotFoundError):
@@ -160,16 +168,17 @@ class Outbox:
                                kept)
 
     def _queue_or_drop(self, api_url: str, event: Mapping[str, Any] | None, reason: str,
-                       delivered: int = 0) -> Delivery:
+                       delivered: int = 0, unauthorized: bool = False) -> Delivery:
         if event is None:
-            return Delivery("queued", delivered, len(self.pending(api_url)), reason)
+            return Delivery("queued", delivered, len(self.pending(api_url)), reason,
+                            unauthorized)
         queued = self.pending(api_url)
         if len(queued) >= self.limit:
             self._warn_full(api_url, event, len(queued))
-            return Delivery("dropped", delivered, len(queued), reason)
+            return Delivery("dropped", delivered, len(queued), reason, unauthorized)
         self._write(api_url, event)
         _full_warned.discard(self.folder(api_url))
-        return Delivery("queued", delivered, len(queued) + 1, reason)
+        return Delivery("queued", delivered, len(queued) + 1, reason, unauthorized)
 
     def _write(self, api_url: str, event: Mapping[str, Any], sub: str = "") -> Path:
         folder = self.folder(api_url) / sub if sub else self.folder(api_url)
@@ -246,19 +255,12 @@ def send_events(api_url: str, events: list[Mapping[str, Any]]) -> None:
     except httpx.HTTPError as exc:
         raise SendError(f"the Prefect server at {api_url} is unreachable "
                         f"({type(exc).__name__})") from exc
+    if response.status_code in (401, 403):
+        raise SendError(credentials_problem(api_url, response.status_code),
+                        response.status_code)
     if not response.is_success:
         raise SendError(f"the Prefect server at {api_url} answered HTTP "
                         f"{response.status_code}: {response.text[:200]}", response.status_code)
-
-
-def auth_headers() -> dict[str, str]:
-    """The Authorization header Prefect's own client would send (auth string or API key)."""
-    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_KEY
-
-    auth, key = PREFECT_API_AUTH_STRING.value(), PREFECT_API_KEY.value()
-    if auth:
-        return {"Authorization": f"Basic {base64.b64encode(auth.encode()).decode()}"}
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from dyngen.filters import (
     run_filters,
 )
 from dyngen.plugins import load_class
+from dyngen.rollouts import Rollout, RolloutsPolicy
 from dyngen.schema_filter import SchemaFilter
 from dyngen.store import PendingCommit, Store, VersionRecord
 from dyngen.store.names import validate_name
@@ -80,8 +82,8 @@ class Trigger:
                                f"found {event_id!r}.")
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
             raise TriggerError(f"trigger.step must be a non-negative integer, found {step!r}.")
-        if rollouts is not None and not isinstance(rollouts, str):
-            raise TriggerError(f"trigger.rollouts must be a file path, found {rollouts!r}.")
+        if rollouts is not None:
+            _check_rollouts_path(rollouts)
         return cls(event_id=event_id, step=step, metrics=_metrics(value.get("metrics")),
                    rollouts=rollouts)
 
@@ -92,6 +94,16 @@ class Trigger:
         if self.step is not None:
             return f"{dataset}:step:{self.step}"
         return None
+
+
+def _check_rollouts_path(value: Any) -> None:
+    """An absolute path; where it may point is checked against the config (rollouts.py)."""
+    if not isinstance(value, str):
+        raise TriggerError(f"trigger.rollouts must be a file path, found {type(value).__name__}.")
+    if not value or "\0" in value or not os.path.isabs(value):
+        found = "a relative path" if value and "\0" not in value else "an empty or malformed one"
+        raise TriggerError(f"trigger.rollouts must be an absolute file path (the round runs in "
+                           f"another folder than the trainer), found {found}.")
 
 
 def _metrics(value: Any) -> dict[str, float]:
@@ -123,6 +135,15 @@ class RoundContext:
     # Which share of the round's generation this call makes (round.partitions).
     partition: int = 0
     partitions: int = 1
+    # Where the trigger's rollouts file may be, from the deployment's config (never the
+    # event's); the default allows no folder at all.
+    rollouts_policy: RolloutsPolicy = field(default_factory=RolloutsPolicy)
+
+    def read_rollouts(self) -> list[Rollout]:
+        """The trigger's rollouts file, confined, bounded and parsed ([] if it names none)."""
+        if self.trigger.rollouts is None:
+            return []
+        return self.rollouts_policy.read(self.trigger.rollouts)
 
 
 # ---- stages ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from prefect.runtime import flow_run
 
 from dyngen.config import load_config
 from dyngen.faults import crash_point
+from dyngen.rollouts import RolloutsPolicy
 from dyngen.round import RoundContext, Trigger
 from dyngen.store import Store
 from dyngen.store.names import validate_name
@@ -50,6 +51,11 @@ def generation_round(
     validate_name(dataset)
     cfg = load_config(overrides=list(overrides or ()), base=config)
     trig = Trigger.parse(trigger)
+    # Where a rollouts file may be comes from the deployment's config, never the event;
+    # a path outside it (or a FIFO, or too large a file) fails here, before anything reads.
+    rollouts = RolloutsPolicy.from_config(cfg)
+    if trig.rollouts is not None:
+        rollouts.check(trig.rollouts)
     logger = get_run_logger()
     timings: dict[str, float] = {}
     with round_guard(dataset):
@@ -67,7 +73,8 @@ def generation_round(
         with _timed(timings, "load"):
             data, parent = load_dataset(cfg.store.root, dataset)
         crash_point("round.after_load")
-        context = RoundContext(dataset, parent.version + 1, parent.version, trig)
+        context = RoundContext(dataset, parent.version + 1, parent.version, trig,
+                               rollouts_policy=rollouts)
         label_run(dataset, context.round)
         with _timed(timings, "generate"):
             rows, generator, fanned_out = generate_all(cfg, data, context)

@@ -9,8 +9,11 @@ import datasets
 from omegaconf import DictConfig
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import TaskRun
+from prefect.states import State
 from prefect.tasks import exponential_backoff
 
+from dyngen.errors import CommitConflictError, DyngenError
 from dyngen.round import (
     RoundContext,
     call_generator,
@@ -40,6 +43,17 @@ def generate_rows(datagen: DictConfig, dataset: datasets.Dataset | None, context
     return rows, generator_lineage(datagen, generator)
 
 
+def can_pass(task: Task, task_run: TaskRun, state: State) -> bool:
+    """Whether a failed generate run is worth retrying: not for an error that cannot pass.
+
+    dyngen's own errors (config, trigger, rollouts, generator output, store damage) fail the
+    same way every time, bar a commit conflict; a generator's own exception or a timeout
+    may not.
+    """
+    exc = state.result(raise_on_failure=False)
+    return not isinstance(exc, DyngenError) or isinstance(exc, CommitConflictError)
+
+
 def configured(cfg: DictConfig) -> Task:
     """`generate_rows` with the retries, backoff and timeout from `cfg.round`."""
     retries = int(cfg.round.retries)
@@ -48,4 +62,5 @@ def configured(cfg: DictConfig) -> Task:
         retries=retries,
         retry_delay_seconds=exponential_backoff(delay) if retries and delay > 0 else 0,
         timeout_seconds=float(cfg.round.timeout_seconds),
+        retry_condition_fn=can_pass,
     )

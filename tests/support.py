@@ -17,18 +17,21 @@ def write(path: Path, source: str) -> Path:
     return path
 
 
-def server_steps(api_url: str, dataset: str, count: int) -> list[int]:
+def server_steps(api_url: str, dataset: str, count: int,
+                 auth_string: str | None = None) -> list[int]:
     """Steps of the dataset's batch-end events the server recorded (once `count` are)."""
     import httpx
 
     from dyngen.events import EVENT_NAME, resource_id
+    from dyngen.server_auth import auth_headers
 
     body = {"filter": {"event": {"name": [EVENT_NAME]},
                        "resource": {"id": [resource_id(dataset)]},
                        "order": "ASC"}, "limit": 50}
     deadline = time.monotonic() + 30
     while True:  # the server persists events every half second
-        answer = httpx.post(f"{api_url}/events/filter", json=body, timeout=10)
+        answer = httpx.post(f"{api_url}/events/filter", json=body, timeout=10,
+                            headers=auth_headers(auth_string))
         assert answer.status_code == 200, answer.text
         found = answer.json()["events"]
         if len(found) >= count or time.monotonic() > deadline:

@@ -50,6 +50,8 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "partitions": 1,
             "task_runner": {"kind": "threads", "address": None, "init_kwargs": {},
                             "remote_options": {}},
+            "rollouts_dirs": ["dyngen_store/rollouts"],
+            "max_rollouts_bytes": 64 * 1024 * 1024,
         },
     }
 
@@ -344,6 +346,7 @@ def test_wrong_type_in_override() -> None:
             "round:\n  filters: [pkg://f]\n",
             "round.filters[0]: expected a mapping with path and name",
         ),
+        ("round:\n  rollouts_dirs: [{a: 1}]\n", "round.rollouts_dirs[0]: expected a string"),
     ],
 )
 def test_wrong_type_in_file(tmp_path: Path, text: str, expected: str) -> None:
@@ -377,6 +380,11 @@ def test_wrong_type_in_file(tmp_path: Path, text: str, expected: str) -> None:
             "round.filters=[{path: pkg://f}]",
             "round.filters[0].name: expected a non-empty string, found null",
         ),
+        (
+            "round.max_rollouts_bytes=0",
+            "round.max_rollouts_bytes: expected a positive integer (bytes), found 0",
+        ),
+        ("round.rollouts_dirs=['']", "round.rollouts_dirs[0]: expected a folder path, found ''"),
     ],
 )
 def test_out_of_range(override: str, expected: str) -> None:

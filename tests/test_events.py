@@ -54,3 +54,7 @@ def test_payload_carries_a_trigger_the_flow_accepts() -> None:
     trigger = Trigger.parse(payload["trigger"])
     assert trigger == Trigger(event_id="e-1", step=3, metrics={"score": 0.5},
                               rollouts="/data/r.jsonl")
+    # The round runs in another folder: a path relative to the trainer is sent absolute.
+    relative = events.batch_end_payload(4, rollouts="batch-4.jsonl")["trigger"]["rollouts"]
+    assert relative == str(Path.cwd() / "batch-4.jsonl")
+    assert Trigger.parse({"step": 4, "rollouts": relative}).rollouts == relative

@@ -80,13 +80,16 @@ class VersionRecord:
         try:
             operation = _typed(data, "operation", str)
             if operation not in OPERATIONS:
-                raise ValueError(f"operation must be one of {OPERATIONS}, found {operation!r}")
+                raise ValueError(f"field 'operation' must be one of {OPERATIONS}, found "
+                                 "another string")
             parent = data.get("parent")
             if parent is not None and not isinstance(parent, int):
-                raise ValueError(f"parent must be an integer or null, found {parent!r}")
+                raise ValueError("field 'parent' must be an integer or null, found "
+                                 f"{type(parent).__name__}")
             key = data.get("idempotency_key")
             if key is not None and not isinstance(key, str):
-                raise ValueError(f"idempotency_key must be a string or null, found {key!r}")
+                raise ValueError("field 'idempotency_key' must be a string or null, found "
+                                 f"{type(key).__name__}")
             return cls(
                 dataset=_typed(data, "dataset", str),
                 version=_typed(data, "version", int),
@@ -113,5 +116,6 @@ def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
     value = data[key]
     # bool is an int subclass; a record with rows=true is damaged, not valid.
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TypeError(f"field {key!r} must be {kind.__name__}, found {value!r}")
+        # The type, not the value: a damaged record may hold anything, of any size.
+        raise TypeError(f"field {key!r} must be {kind.__name__}, found {type(value).__name__}")
     return value

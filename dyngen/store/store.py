@@ -132,7 +132,8 @@ class Store:
                 f"{known[0]}..{known[-1]}. Run `dyngen log {name}` to see them."
             ) from None
         except UnicodeDecodeError as exc:
-            raise CorruptionError(f"version record {path} is not UTF-8 text: {exc}") from exc
+            raise CorruptionError(f"version record {path} is not UTF-8 text (byte {exc.start}); "
+                                  "run `dyngen verify`.") from None
         rec = VersionRecord.from_json(text, str(path))
         if rec.version != version or rec.dataset != name:
             raise CorruptionError(

@@ -97,7 +97,7 @@ class ProposerGenerator(AbstractDataGenerator):
         """New rows with verified labels; sampling repeats (max_passes) until min_rows."""
         cfg = self.settings()
         rows = rows_of(dataset)
-        rollouts = getattr(getattr(context, "trigger", None), "rollouts", None)
+        rollouts = context.read_rollouts() if context is not None else []
         k = int(cfg["hard_k"])
         seeds = (seeds_from_rollouts(rollouts, k) if rollouts
                  else seeds_from_dataset(rows, k, int(cfg["seed_window"])))

@@ -1,24 +1,23 @@
 """Seeds: the `hard_k` hardest tasks the model writes variations of, chosen deterministically.
 
-  - from the trigger's rollouts file (`context.trigger.rollouts`, JSONL of {"prompt":
-    messages or str, "score": float, "ground_truth"?}): rollouts of one prompt are
-    averaged, lowest mean first, ties to the earlier line; `seed_index` = its first line;
+  - from the trigger's rollouts (`context.read_rollouts()`: JSONL of {"prompt": messages
+    or str, "score": float, "ground_truth"?}): rollouts of one prompt are averaged, lowest
+    mean first, ties to the earlier line; `seed_index` = its first line (0-based);
   - else from the newest `seed_window` rows of the dataset: lowest `extra_info.score`
     first, then unscored rows, newest first; `seed_index` = the row's position.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import datasets
 
-from dyngen.errors import ConfigError
 from dyngen.integrations.rollouts import question_of
+from dyngen.rollouts import Rollout
 from generators.proposer.checking import normalise
 
 
@@ -44,33 +43,22 @@ def _system_of(prompt: Any) -> tuple[dict[str, str], ...]:
                  if isinstance(m, dict) and m.get("role") == "system" and m.get("content"))
 
 
-def seeds_from_rollouts(path: str | Path, k: int) -> list[Seed]:
-    """The `k` prompts with the lowest mean score in a rollouts JSONL file."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"trigger.rollouts: cannot read {path} ({exc.strerror or exc}); the "
-                          "round reads it where it runs, so write it where the round's "
-                          "process can see it.") from exc
+def seeds_from_rollouts(rollouts: Sequence[Rollout], k: int) -> list[Seed]:
+    """The `k` prompts with the lowest mean score among a batch's rollouts.
+
+    Read them with `context.read_rollouts()`: the file is confined, bounded and checked.
+    """
+    if isinstance(rollouts, (str, os.PathLike)):
+        raise TypeError("seeds_from_rollouts takes parsed rollouts, not a path: pass "
+                        "context.read_rollouts() (or RolloutsPolicy(dirs).read(path)).")
     groups: dict[str, dict[str, Any]] = {}
-    for line_no, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            score = float(rec["score"])
-            if not math.isfinite(score):
-                raise ValueError(f"score {score} is not finite")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"rollouts file {path}, line {line_no + 1}: expected JSON "
-                              f'{{"prompt": ..., "score": number}}, found {line[:80]!r} '
-                              f"({exc}).") from exc
-        question = question_of(rec.get("prompt"))
+    for r in rollouts:
+        question = question_of(r.prompt)
         if question:
             g = groups.setdefault(normalise(question), {
-                "line": line_no, "q": question, "prompt": rec["prompt"], "s": [],
-                "truth": rec.get("ground_truth")})
-            g["s"].append(score)
+                "line": r.line - 1, "q": question, "prompt": r.prompt, "s": [],
+                "truth": r.ground_truth})
+            g["s"].append(r.score)
     ranked = sorted(groups.values(), key=lambda g: (sum(g["s"]) / len(g["s"]), g["line"]))
     return [Seed(g["line"], g["q"], sum(g["s"]) / len(g["s"]), _text_or_none(g["truth"]),
                  _system_of(g["prompt"])) for g in ranked[:k]]

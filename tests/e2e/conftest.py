@@ -1,7 +1,9 @@
-"""One real `prefect server start` on 127.0.0.1 for the end-to-end tests, stopped by PID."""
+"""Real `prefect server start`s on 127.0.0.1 for the end-to-end tests (one without auth, one
+with basic auth), stopped by PID."""
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +23,15 @@ PREFECT = str(Path(sys.executable).with_name("prefect"))
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     srv = LocalServer(tmp_path_factory.mktemp("prefect-server")).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    """A real server with Prefect's basic auth on: only /health answers without it."""
+    srv = LocalServer(tmp_path_factory.mktemp("prefect-auth-server"),
+                      auth_string=f"dyngen:{secrets.token_hex(12)}").start()
     yield srv
     srv.stop()
 

@@ -1,21 +1,27 @@
-"""End to end: a real `prefect server start`, the round served or deployed with its event
-trigger, batch-end events from other processes, committed versions with their lineage."""
+"""End to end: a real `prefect server start` with basic auth on, the round served or deployed
+with its event trigger, batch-end events from other processes, committed versions with their
+lineage; an emit without the credentials is refused and training goes on."""
 
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from subprocess import Popen
 
+import pytest
+
+import dyngen.events as events
 from dyngen.events import trigger_name
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, VersionRecord, verify
 from tests.e2e.conftest import DYNGEN, PREFECT, REPO, env_for, prefect_cli, seeded
+from tests.support import server_steps
 
 ROUND_CONFIG = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=UsesContext"]
 
@@ -47,11 +53,9 @@ def finished_runs(server: LocalServer, dataset: str, count: int,
     """
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     deadline = time.monotonic() + timeout
-    with temporary_settings(updates={PREFECT_API_URL: server.api_url}), \
-            get_client(sync_client=True) as client:
+    with server.client_settings(), get_client(sync_client=True) as client:
         while True:
             runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
                 tags=FlowRunFilterTags(all_=[f"dataset:{dataset}"])))
@@ -71,26 +75,27 @@ def emit_from_another_process(server: LocalServer, name: str, steps: list[int]) 
 
 
 @contextmanager
-def serving(server: LocalServer, store: Store, name: str, log: Path) -> Iterator[Popen]:
+def serving(server: LocalServer, store: Store, name: str, log: Path,
+            config: Sequence[str] = ROUND_CONFIG, **env: str) -> Iterator[Popen]:
     """`dyngen serve --dataset name` in its own process, its trigger registered."""
-    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", name,
-                   *ROUND_CONFIG], env_for(server), log, cwd=REPO)
+    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", name, *config],
+                  env_for(server, **env), log, cwd=REPO)
     try:
-        wait_for_automation(server.api_url, trigger_name(name))
+        wait_for_automation(server.api_url, trigger_name(name), auth_string=server.auth_string)
         yield serve
     finally:
         stop(serve)
     assert serve.poll() is not None
 
 
-def test_served_round_commits_one_version_per_batch_event(server: LocalServer,
+def test_served_round_commits_one_version_per_batch_event(auth_server: LocalServer,
                                                           tmp_path: Path) -> None:
     store = seeded(tmp_path, "served")
     log = tmp_path / "serve.log"
-    with serving(server, store, "served", log):
-        event_ids = emit_from_another_process(server, "served", [1, 2, 3])
+    with serving(auth_server, store, "served", log):
+        event_ids = emit_from_another_process(auth_server, "served", [1, 2, 3])
         history = wait_for_versions(store, "served", 3, log)
-        assert len(finished_runs(server, "served", 3)) == 3
+        assert len(finished_runs(auth_server, "served", 3)) == 3
     by_step = {r.lineage["trigger"]["step"]: r for r in history[1:]}
     assert sorted(by_step) == [1, 2, 3]
     for step, event_id in zip((1, 2, 3), event_ids, strict=True):
@@ -101,19 +106,19 @@ def test_served_round_commits_one_version_per_batch_event(server: LocalServer,
     assert verify(store, "served") == []
 
 
-def test_five_events_at_once_run_five_rounds_one_after_another(server: LocalServer,
+def test_five_events_at_once_run_five_rounds_one_after_another(auth_server: LocalServer,
                                                                tmp_path: Path) -> None:
     store = seeded(tmp_path, "burst")
     log = tmp_path / "serve.log"
-    with serving(server, store, "burst", log):
+    with serving(auth_server, store, "burst", log):
         emitters = [subprocess.Popen([*DYNGEN, "emit", "burst", "--step", str(step)],
-                                     env=env_for(server), cwd=REPO, stdout=subprocess.PIPE,
+                                     env=env_for(auth_server), cwd=REPO, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True) for step in range(1, 6)]
         for proc in emitters:
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err
         history = wait_for_versions(store, "burst", 5, log)
-        runs = finished_runs(server, "burst", 5)
+        runs = finished_runs(auth_server, "burst", 5)
     assert [r.version for r in history] == [0, 1, 2, 3, 4, 5]
     assert [r.parent for r in history[1:]] == [0, 1, 2, 3, 4]
     assert sorted(r.lineage["trigger"]["step"] for r in history[1:]) == [1, 2, 3, 4, 5]
@@ -125,23 +130,69 @@ def test_five_events_at_once_run_five_rounds_one_after_another(server: LocalServ
 
 
 def test_prefect_deploy_all_with_a_process_worker_runs_an_event_triggered_round(
-    server: LocalServer, tmp_path: Path,
+    auth_server: LocalServer, tmp_path: Path,
 ) -> None:
     store = seeded(tmp_path, "deployed")
-    env = env_for(server, DYNGEN_STORE_ROOT=str(store.root), PREFECT_WORKER_QUERY_SECONDS="1")
+    env = env_for(auth_server, DYNGEN_STORE_ROOT=str(store.root),
+                  PREFECT_WORKER_QUERY_SECONDS="1")
     prefect_cli(env, "work-pool", "create", "dyngen", "--type", "process", "--overwrite")
     deployed = prefect_cli(env, "--no-prompt", "deploy", "--all")
     assert "generation-round/on-batch-end" in deployed
     log = tmp_path / "worker.log"
     worker = spawn([PREFECT, "worker", "start", "--pool", "dyngen"], env, log, cwd=REPO)
     try:
-        wait_for_automation(server.api_url, trigger_name(None))
-        (event_id,) = emit_from_another_process(server, "deployed", [7])
+        wait_for_automation(auth_server.api_url, trigger_name(None),
+                            auth_string=auth_server.auth_string)
+        (event_id,) = emit_from_another_process(auth_server, "deployed", [7])
         (_, rec) = wait_for_versions(store, "deployed", 1, log)
-        finished_runs(server, "deployed", 1)
+        finished_runs(auth_server, "deployed", 1)
     finally:
         stop(worker)
     assert rec.lineage["trigger"]["event_id"] == event_id
     assert rec.lineage["trigger"]["step"] == 7
     # prefect.yaml's defaults: MockDataGenerator re-proposes row 0, which dedup rejects
     assert rec.lineage["counts"] == {"generated": 1, "kept": 0, "rejected": {"duplicate": 1}}
+
+
+def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_goes_on(
+    auth_server: LocalServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from prefect.settings import PREFECT_API_AUTH_STRING, temporary_settings
+
+    monkeypatch.setattr(events, "_server_down", False)
+    monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
+    caplog.set_level(logging.WARNING, logger="dyngen.events")
+    with temporary_settings(updates={PREFECT_API_AUTH_STRING: None}):
+        sent = [events.send_batch_end("guarded", step, {"score": 0.5}, api_url=auth_server.api_url)
+                for step in range(3)]  # a training loop: every step returns, none raises
+    # Not taken, not lost: each waits in the outbox until the credentials are set.
+    assert [(d.status, d.pending) for d in sent] == [("queued", 1), ("queued", 2), ("queued", 3)]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "requires credentials (HTTP 401) and none are set" in warnings[0]
+    assert "Training continues" in warnings[0]
+    assert "set PREFECT_API_AUTH_STRING (user:password)" in warnings[0]
+    assert "Start the server" not in warnings[0]  # the server is up; the setting is missing
+
+    wrong = env_for(auth_server, PREFECT_API_AUTH_STRING="dyngen:wrong",
+                    DYNGEN_OUTBOX=str(tmp_path / "outbox"))
+    out = subprocess.run([*DYNGEN, "emit", "guarded", "--step", "4"], env=wrong, cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr  # a shell training loop goes on
+    said = " ".join(out.stdout.split())  # rich wraps long lines
+    assert "refused the credentials in PREFECT_API_AUTH_STRING (HTTP 401)" in said
+    serve = subprocess.run([*DYNGEN, "serve", "--dataset", "guarded"], env=wrong, cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert serve.returncode == 2, serve.stderr
+    assert "refused the request (HTTP 401)" in serve.stderr
+    assert "set PREFECT_API_AUTH_STRING" in serve.stderr
+
+    # With the credentials, the queued batch ends go out, in order, none lost.
+    right = env_for(auth_server, DYNGEN_OUTBOX=str(tmp_path / "outbox"))
+    flushed = subprocess.run([*DYNGEN, "emit", "--flush"], env=right, cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert flushed.returncode == 0, flushed.stdout + flushed.stderr
+    assert "delivered 4 queued event(s); 0 still in the outbox" in flushed.stdout
+    assert sorted(server_steps(auth_server.api_url, "guarded", 4,
+                               auth_server.auth_string)) == [0, 1, 2, 4]

@@ -31,6 +31,19 @@ class UsesContext(AbstractDataGenerator):
         return datasets.Dataset.from_list([row])
 
 
+class ReadsRollouts(AbstractDataGenerator):
+    """A row per rollout of the trigger's file (read as generators should: through the
+    context), plus UsesContext's row; counts its calls in `calls` when given."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        if self.config.get("calls"):
+            calls = Path(self.config.calls)
+            calls.write_text(str(int(calls.read_text()) + 1 if calls.exists() else 1))
+        rows = [verl_row(600 + r.line, source="rollout") for r in context.read_rollouts()]
+        step = verl_row(500 + context.round, source=f"step-{context.trigger.step}")
+        return datasets.Dataset.from_list([*rows, step])
+
+
 class FlakyOnce(AbstractDataGenerator):
     """Fails on its first call (counted in a file), then behaves like AddNewRows."""
 

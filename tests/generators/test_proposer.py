@@ -15,6 +15,8 @@ import datasets
 import pytest
 
 from dyngen.errors import MissingDependencyError
+from dyngen.rollouts import RolloutsPolicy
+from dyngen.round import RoundContext, Trigger
 from generators.proposer import (
     DEFAULT_GGUF,
     ProposerGenerator,
@@ -37,12 +39,10 @@ def proposer(**cfg: Any) -> ProposerGenerator:
     return ProposerGenerator({"cache_dir": CACHE, **cfg})
 
 
-class Ctx:
-    """A round context as `call_generator` passes it (only what the proposer reads)."""
-
-    def __init__(self, rollouts: Path | None, round_no: int = 1) -> None:
-        self.round = round_no
-        self.trigger = type("T", (), {"rollouts": str(rollouts) if rollouts else None})()
+def context_with(rollouts: Path, round_no: int = 1) -> RoundContext:
+    """The context a round passes: the trigger names `rollouts`, its folder is allowed."""
+    return RoundContext("tasks", round_no, round_no - 1, Trigger(rollouts=str(rollouts)),
+                        rollouts_policy=RolloutsPolicy((str(rollouts.parent),)))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -68,7 +68,7 @@ def hard_result(model: Any, tmp_path_factory: pytest.TempPathFactory
                 ) -> tuple[datasets.Dataset, ProposerGenerator, Path]:
     rollouts = write_rollouts(tmp_path_factory.mktemp("rollouts") / "batch.jsonl")
     gen = proposer(seed=7)
-    return gen.generate(task_dataset(), context=Ctx(rollouts)), gen, rollouts
+    return gen.generate(task_dataset(), context=context_with(rollouts)), gen, rollouts
 
 
 class TestProposer(GeneratorContract):
@@ -269,7 +269,7 @@ def test_a_round_commits_the_proposals_with_provenance_and_lineage(
            "data": {"filter_overlong_prompts": False,
                     "datagen": {"path": "pkg://generators.proposer", "name": "ProposerGenerator",
                                 "cache_dir": CACHE, "seed": 3}},
-           "round": {"retries": 0}}
+           "round": {"retries": 0, "rollouts_dirs": [str(rollouts.parent)]}}
     trigger = {"event_id": "batch-41", "step": 41, "metrics": {"score/mean": 0.2},
                "rollouts": str(rollouts)}
     result = generation_round("gsm", cfg, trigger)

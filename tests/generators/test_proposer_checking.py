@@ -11,6 +11,7 @@ from typing import Any
 import datasets
 import pytest
 
+from dyngen.rollouts import RolloutsPolicy
 from generators.proposer import (
     Proposal,
     ProposerGenerator,
@@ -29,18 +30,12 @@ from tests.generators.proposer_tasks import HARD, task_row, write_rollouts
 
 
 def test_seeds_from_rollouts_average_repeats_and_rank_lowest_first(tmp_path: Path) -> None:
-    seeds = seeds_from_rollouts(write_rollouts(tmp_path / "r.jsonl"), 3)
+    path = write_rollouts(tmp_path / "r.jsonl")
+    seeds = seeds_from_rollouts(RolloutsPolicy((str(tmp_path),)).read(str(path)), 3)
     assert [s.index for s in seeds] == [2, 3, 4]
     assert seeds[0].truth == "19" and seeds[0].score == pytest.approx(0.05)
-
-
-def test_unreadable_or_malformed_rollouts_fail_clearly(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="trigger.rollouts: cannot read"):
-        seeds_from_rollouts(tmp_path / "missing.jsonl", 8)
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "What is 1 + 1?", "score": 1}\n{"prompt": "x"}\n')
-    with pytest.raises(ValueError, match="line 2: expected JSON"):
-        seeds_from_rollouts(bad, 8)
+    with pytest.raises(TypeError, match="not a path: pass context.read_rollouts()"):
+        seeds_from_rollouts(str(path), 3)  # the one way to read a rollouts file is confined
 
 
 def test_seeds_from_dataset_lowest_score_first_then_newest() -> None:

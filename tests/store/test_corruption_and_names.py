@@ -90,6 +90,20 @@ def test_verify_reports_damage_and_load_refuses(tmp_path: Path, kind: str) -> No
     assert not (tmp_path / "outside.arrow").exists()
 
 
+def test_a_damaged_record_is_reported_by_field_and_type_never_by_its_content(
+    tmp_path: Path,
+) -> None:
+    store, base = _damaged_store(tmp_path)
+    data = json.loads(_record(base, 1).read_text())
+    data["rows"] = "SECRET_TOKEN=sk-live-0123456789abcdef"
+    _record(base, 1).write_text(json.dumps(data))
+    messages = [p.message for p in verify(store, "ds")]
+    assert any("field 'rows' must be int, found str" in m for m in messages), messages
+    with pytest.raises(CorruptionError) as err:
+        Store(store.root).load("ds")
+    assert not any("sk-live" in m for m in [*messages, str(err.value)])
+
+
 def test_missing_prompt_keys_are_reported_and_dedup_refuses_but_rows_still_load(
     tmp_path: Path,
 ) -> None:

@@ -24,7 +24,9 @@ import pytest
 import verl
 from verl.utils.tracking import FileLogger
 
+from dyngen.config import load_config
 from dyngen.local_server import LocalServer, spawn, stop
+from dyngen.rollouts import RolloutsPolicy
 from dyngen.store import Store, verify
 from generators.proposer.seeds import seeds_from_rollouts
 from tests.e2e.conftest import DYNGEN, REPO, env_for
@@ -170,6 +172,8 @@ def test_follow_emits_one_batch_end_per_verl_step_with_metrics_and_rollouts(
     triggers = {rec.lineage["trigger"]["step"]: rec.lineage["trigger"] for rec in history[1:]}
     assert sorted(triggers) == list(range(1, 21))
     questions = {r["prompt"][-1]["content"]: r for r in rows}
+    default_rollouts = RolloutsPolicy.from_config(load_config(
+        overrides=[f"store.root={store.root}"]))
     for step, trigger in triggers.items():
         assert trigger["metrics"]["critic/score/mean"] == pytest.approx(step / 100)
         assert trigger["metrics"]["training/global_step"] == step
@@ -182,7 +186,8 @@ def test_follow_emits_one_batch_end_per_verl_step_with_metrics_and_rollouts(
             row = questions[rec["prompt"][-1]["content"]]
             assert rec["prompt"] == row["prompt"]
             assert rec["ground_truth"] == row["reward_model"]["ground_truth"]
-        seeds = seeds_from_rollouts(path, 1)  # the proposer's hard-seed selection reads it
+        # The proposer's hard-seed selection reads it, confined to the default folder.
+        seeds = seeds_from_rollouts(default_rollouts.read(str(path)), 1)
         assert seeds and seeds[0].question in questions
     follow_log = (tmp_path / "follow.log").read_text()
     assert "truncated or rewritten" in follow_log

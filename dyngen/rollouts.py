@@ -1,0 +1,245 @@
+"""A trigger's rollouts file: confined to the deployment's folders, bounded, never echoed.
+
+A batch-end event names `trigger.rollouts`, a path the round opens where it runs, with
+the worker's rights. So a path is accepted only inside `round.rollouts_dirs` (checked
+after resolving links), only as a regular file of at most `round.max_rollouts_bytes`;
+the checks are repeated on the opened file, so a swap between check and open gains
+nothing. Errors name the allowed folders, the rule, the line and the field — never the
+file's text.
+
+The format (JSONL, one rollout per line): {"prompt": str or [{role, content}, ...],
+"score": number, "ground_truth"?: any, ...other fields kept}.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dyngen.errors import ConfigError, RolloutsError
+
+DEFAULT_MAX_ROLLOUTS_BYTES = 64 * 1024 * 1024
+MAX_SHOWN_PATH = 200
+FORMAT = '{"prompt": text or [{"role", "content"}, ...], "score": number}'
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"))
+# Non-blocking: opening a FIFO must not wait for a writer. No-follow: a final component
+# swapped for a link after the check fails to open.
+_OPEN_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+
+
+def absolute_dirs(dirs: Iterable[str]) -> list[str]:
+    """Folders made absolute against the current directory (URLs left for the check)."""
+    return [d if "://" in d else os.path.abspath(d) for d in map(str, dirs)]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One line of a rollouts file: the prompt, its score, and the whole record."""
+
+    line: int  # 1-based line number in the file
+    prompt: str | list[dict[str, str]]
+    score: float
+    ground_truth: Any = None
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RolloutsPolicy:
+    """Where a round may read a trigger's rollouts file, and how large it may be."""
+
+    dirs: tuple[str, ...] = ()
+    max_bytes: int = DEFAULT_MAX_ROLLOUTS_BYTES
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> RolloutsPolicy:
+        """`round.rollouts_dirs` and `round.max_rollouts_bytes` of a round's config."""
+        return cls(tuple(str(d) for d in cfg.round.rollouts_dirs),
+                   int(cfg.round.max_rollouts_bytes))
+
+    def check(self, path: str) -> str:
+        """The resolved path of an allowed, regular, small-enough file; else RolloutsError.
+
+        Nothing is opened: only names and metadata are looked at.
+        """
+        where = _where(path)
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise RolloutsError(f"{where}: expected a file path, found an empty or malformed "
+                                "one.")
+        if not os.path.isabs(path):
+            raise RolloutsError(f"{where}: expected an absolute path (the round runs in another "
+                                "folder than the trainer), found a relative one.")
+        real = os.path.realpath(path)
+        if not self._allows(real):
+            raise RolloutsError(
+                f"{where} is outside the allowed directories {self._shown_dirs()} (checked "
+                "after resolving links). A round reads rollouts only from round.rollouts_dirs "
+                "of the deployment's config: write the file there, or add its folder to "
+                "round.rollouts_dirs where the round is served.")
+        try:
+            info = os.stat(real)
+        except OSError as exc:
+            raise RolloutsError(f"{where} {_os_problem(exc)} (allowed directories "
+                                f"{self._shown_dirs()}).") from None
+        self._check_kind_and_size(where, info)
+        return real
+
+    def read(self, path: str) -> list[Rollout]:
+        """The rollouts of an allowed file, checked again once opened, read within the bound."""
+        real = self.check(path)
+        where = _where(path)
+        try:
+            fd = os.open(real, _OPEN_FLAGS)
+        except OSError as exc:
+            raise RolloutsError(f"{where} could not be opened: it {_os_problem(exc)} (or it "
+                                "changed after it was checked).") from None
+        try:
+            self._check_kind_and_size(where, os.fstat(fd))
+            opened = _opened_path(fd)
+            if opened is not None and not self._allows(opened):
+                raise RolloutsError(f"{where} changed after it was checked: the opened file is "
+                                    f"outside the allowed directories {self._shown_dirs()}.")
+            data = _read_at_most(fd, self.max_bytes + 1)
+        finally:
+            os.close(fd)
+        if len(data) > self.max_bytes:
+            raise RolloutsError(f"{where} grew past round.max_rollouts_bytes={self.max_bytes} "
+                                "while it was read; write each batch's file once, completely.")
+        return parse_rollouts(data, where)
+
+    def _check_kind_and_size(self, where: str, info: os.stat_result) -> None:
+        kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)), None)
+        if kind is not None or not stat.S_ISREG(info.st_mode):
+            raise RolloutsError(f"{where} is {kind or 'not a regular file'}; expected a regular "
+                                "JSONL file.")
+        if info.st_size > self.max_bytes:
+            raise RolloutsError(
+                f"{where} is {info.st_size} bytes, over the bound round.max_rollouts_bytes="
+                f"{self.max_bytes}. Write a smaller file per batch, or raise the bound in the "
+                "deployment's config.")
+
+    def _real_dirs(self) -> list[str]:
+        out = []
+        for i, d in enumerate(self.dirs):
+            local = d[len("file://"):] if d.startswith("file://") else d
+            if "://" in local or not local:
+                raise ConfigError(
+                    f"round.rollouts_dirs[{i}]: expected a local folder, found {d!r}. Rollouts "
+                    "files are read from the disk where the round runs; set round.rollouts_dirs "
+                    "to such a folder (its default, <store.root>/rollouts, is not one when the "
+                    "store is object storage).")
+            out.append(os.path.realpath(local))
+        return out
+
+    def _allows(self, real: str) -> bool:
+        return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep)
+                   for d in self._real_dirs())
+
+    def _shown_dirs(self) -> list[str]:
+        return list(self.dirs) or ["none configured: set round.rollouts_dirs"]
+
+
+def parse_rollouts(data: bytes, where: str = "rollouts file") -> list[Rollout]:
+    """Rollouts from JSONL bytes; an error names the line and field, never their text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise RolloutsError(f"{where}, line {line}: expected UTF-8 text, found bytes that are "
+                            "not UTF-8.") from None
+    out = []
+    # Split on newlines only: JSON strings may hold other line separators (U+2028).
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            out.append(_rollout(line, number, where))
+    return out
+
+
+def _rollout(line: str, number: int, where: str) -> Rollout:
+    at = f"{where}, line {number}"
+    try:
+        record = json.loads(line)
+    except RecursionError:
+        raise RolloutsError(f"{at}: expected a JSON object {FORMAT}, found JSON nested too "
+                            "deeply.") from None
+    except ValueError:
+        raise RolloutsError(f"{at}: expected a JSON object {FORMAT}, found text that is not "
+                            "JSON.") from None
+    if not isinstance(record, dict):
+        raise RolloutsError(f"{at}: expected a JSON object {FORMAT}, found {_kind(record)}.")
+    for key in ("prompt", "score"):
+        if key not in record:
+            raise RolloutsError(f"{at}: field {key!r} is missing; expected {FORMAT}.")
+    prompt, score = record["prompt"], record["score"]
+    if not _is_prompt(prompt):
+        found = ("a list with an item that is not {role, content} text"
+                 if isinstance(prompt, list) and prompt else _kind(prompt))
+        raise RolloutsError(f"{at}: field 'prompt' must be non-empty text or a list of "
+                            f"{{role, content}} messages of text, found {found}.")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) \
+            or not math.isfinite(score):
+        found = "a number that is not finite" if isinstance(score, float) else _kind(score)
+        raise RolloutsError(f"{at}: field 'score' must be a finite number, found {found}.")
+    return Rollout(number, prompt, float(score), record.get("ground_truth"), record)
+
+
+def _is_prompt(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str)
+        and isinstance(m.get("content"), str) for m in value)
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, in words: its type, never its content."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "an empty string" if not value.strip() else "a string"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    return "a JSON object"
+
+
+def _where(path: Any) -> str:
+    shown = repr(path) if len(repr(path)) <= MAX_SHOWN_PATH else repr(path)[:MAX_SHOWN_PATH] + "…"
+    return f"trigger.rollouts {shown}"
+
+
+def _os_problem(exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "does not exist"
+    if isinstance(exc, PermissionError):
+        return "cannot be read by the worker (permission denied)"
+    return f"cannot be accessed ({exc.strerror or type(exc).__name__})"
+
+
+def _opened_path(fd: int) -> str | None:
+    """Where an open file really is (Linux), to re-check the folder after opening."""
+    try:
+        return os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None  # no /proc: O_NOFOLLOW and the fstat checks remain
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 20, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
