@@ -363,7 +363,7 @@ def round_(
 
     from dyngen.config import load_config
     from dyngen.local_server import ensure_prefect_api
-    from flows.generation_round import generation_round
+    from flows.in_process import run_round
 
     state = _state(ctx)
     cfg = load_config(config or state.config_path, overrides or [])
@@ -373,8 +373,8 @@ def round_(
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts.resolve()) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}
-    result = generation_round(name, config=OmegaConf.to_container(cfg, resolve=True),
-                              trigger=trigger or None)
+    result = run_round(name, config=OmegaConf.to_container(cfg, resolve=True),
+                       trigger=trigger or None)
     counts = result["counts"]
     if result["created"]:
         state.out.print(f"committed {name!r} version {result['version']} (parent "

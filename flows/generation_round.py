@@ -19,7 +19,7 @@ from dyngen.faults import crash_point
 from dyngen.round import RoundContext, Trigger
 from dyngen.store import Store
 from dyngen.store.names import validate_name
-from flows.round_guard import label_run, round_guard
+from flows.round_guard import name_run, round_guard
 from tasks.concat import concat_rows
 from tasks.filter import filter_generated
 from tasks.load import load_dataset
@@ -68,7 +68,7 @@ def generation_round(
             data, parent = load_dataset(cfg.store.root, dataset)
         crash_point("round.after_load")
         context = RoundContext(dataset, parent.version + 1, parent.version, trig)
-        label_run(dataset, context.round)
+        name_run(dataset, context.round)
         with _timed(timings, "generate"):
             rows, generator, fanned_out = generate_all(cfg, data, context)
         crash_point("round.after_generate")
