@@ -1,14 +1,16 @@
 """A local Prefect server and helper processes, started and stopped by PID.
 
-Used by `dyngen demo` and the end-to-end tests: `prefect server start` on 127.0.0.1
-with SQLite under a folder of ours, and child processes (serve, worker) in their own
-process groups so that stopping one stops everything it started.
+Used by `dyngen demo`, the benchmarks and the end-to-end tests: `prefect server start` on
+127.0.0.1 with SQLite or PostgreSQL under a folder of ours, and child processes (serve,
+worker, postgres) in their own process groups so that stopping one stops everything it
+started.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -17,13 +19,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import httpx
 
 from dyngen.errors import ConfigError, PrefectServerError
 
+if TYPE_CHECKING:
+    from dyngen.postgres import LocalPostgres
+
 START_TIMEOUT_SECONDS = 180.0
+DATABASES = ("sqlite", "postgresql")
 # Prefect's temporary server creates its SQLite database on the first start in a new
 # PREFECT_HOME: ~116 migrations, 9 s on a loaded 2-core machine, past Prefect's default
 # 20 s start-up budget together with the server's own import. dyngen waits this long.
@@ -60,14 +66,16 @@ def prefect_env(home: Path, api_url: str | None = None,
     return env
 
 
-def spawn(args: Sequence[str], env: Mapping[str, str], log: Path,
-          cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start a process in its own process group, output to `log`."""
+def spawn(args: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path | None = None,
+          user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
+    """Start a process in its own process group, output to `log` (as `user`, if given)."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    as_user = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid,
+                                       "extra_groups": []}
     with open(log, "ab") as out:
         return subprocess.Popen(list(args), env=dict(env), cwd=cwd, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, **as_user)  # type: ignore[call-overload]
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
@@ -196,11 +204,19 @@ def _sqlite_file(url: str) -> Path | None:
 
 @dataclass
 class LocalServer:
-    """`prefect server start` on 127.0.0.1, SQLite under `home`."""
+    """`prefect server start` on 127.0.0.1, its database under `home`: SQLite (a file) or
+    PostgreSQL (a local cluster in `home/postgres`, see dyngen/postgres.py)."""
 
     home: Path
     port: int = field(default_factory=free_port)
+    database: str = "sqlite"
     process: subprocess.Popen[bytes] | None = None
+    postgres: LocalPostgres | None = None
+
+    def __post_init__(self) -> None:
+        if self.database not in DATABASES:
+            raise PrefectServerError(f"database must be one of {', '.join(DATABASES)}, "
+                              f"found {self.database!r}.")
 
     @property
     def api_url(self) -> str:
@@ -222,14 +238,21 @@ class LocalServer:
         return prefect_env(self.home, self.api_url, extra)
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> LocalServer:
-        """Start the server and wait until it is healthy."""
+        """Start the database (PostgreSQL) and the server; wait until it is healthy."""
         self.home.mkdir(parents=True, exist_ok=True)
         prefect = Path(sys.executable).with_name("prefect")
         # The UI must call this server's API, not the default port 4200.
-        env = prefect_env(self.home, extra={"PREFECT_UI_API_URL": self.api_url})
-        self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
-                              "--port", str(self.port)], env, self.log)
+        extra = {"PREFECT_UI_API_URL": self.api_url}
         try:
+            if self.database == "postgresql":
+                if self.postgres is None:  # the same cluster (and port) across restarts
+                    from dyngen.postgres import LocalPostgres
+
+                    self.postgres = LocalPostgres(self.home / "postgres")
+                extra["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.postgres.start().url
+            self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
+                                  "--port", str(self.port)],
+                                 prefect_env(self.home, extra=extra), self.log)
             wait_healthy(self.api_url, timeout, self.process)
         except BaseException:
             self.stop()
@@ -237,7 +260,9 @@ class LocalServer:
         return self
 
     def stop(self) -> None:
-        """Stop the server by its PID."""
+        """Stop the server, then its database, by their PIDs."""
         if self.process is not None:
             stop(self.process)
             self.process = None
+        if self.postgres is not None:
+            self.postgres.stop()
