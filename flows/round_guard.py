@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ GUARD_POLL_SECONDS = 0.25
 DEAD_HOLDER_CHECK_SECONDS = 2.0
 LEASE_LABEL = "dyngen.round.lease"
 PROCESS_LABEL = "dyngen.round.process"
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _DEAD = ("Z", "X")  # /proc states of a process that has exited (zombie, dead)
 # Limits this process created or found, per API address: later rounds skip the upsert.
 _LIMITS_CREATED: set[tuple[str, str]] = set()
@@ -53,22 +55,26 @@ _LIMITS_CREATED: set[tuple[str, str]] = set()
 @contextmanager
 def round_guard(dataset: str) -> Iterator[None]:
     """One round per dataset at a time, across processes and machines (a Prefect limit)."""
-    lease_id = _acquire_slot(dataset)
+    held: list[UUID] = []  # the slot's lease, once the server has granted it
     try:
-        _mark_holder(dataset, lease_id)
-        with _renewing(lease_id):
+        _acquire_slot(dataset, held)
+        _mark_holder(dataset, held[0])
+        with _renewing(held[0]):
             yield
     finally:
-        try:
-            with get_client(sync_client=True) as client:
-                client.release_concurrency_slots_with_lease(lease_id)
-        except Exception as exc:  # the round's outcome stands; the lease lapses on its own
-            get_run_logger().warning("could not release the round's concurrency lease (it "
-                                     "lapses within %.0f s): %s", LEASE_SECONDS, exc)
+        if held:
+            try:
+                with get_client(sync_client=True) as client:
+                    client.release_concurrency_slots_with_lease(held[0])
+            except Exception as exc:  # the round's outcome stands; the lease lapses
+                get_run_logger().warning("could not release the round's concurrency lease "
+                                         "(it lapses within %.0f s): %s", LEASE_SECONDS, exc)
 
 
-def _acquire_slot(dataset: str) -> UUID:
-    """Wait for the dataset's slot, freeing it meanwhile from holders that died here."""
+def _acquire_slot(dataset: str, held: list[UUID] | None = None) -> UUID:
+    """Wait for the dataset's slot, freeing it meanwhile from holders that died here; the
+    lease is also appended to `held` as soon as the server grants it."""
+    held = [] if held is None else held
     name = f"dyngen-round-{dataset}"
     holder = ConcurrencyLeaseHolder(type="flow_run", id=flow_run.id) if flow_run.id else None
     deadline = time.monotonic() + GUARD_TIMEOUT_SECONDS
@@ -79,18 +85,21 @@ def _acquire_slot(dataset: str) -> UUID:
             _create_limit(client, name)
         while True:
             try:
-                response = client.increment_concurrency_slots_with_lease(
-                    [name], 1, "concurrency", LEASE_SECONDS, holder)
-                body = response.json()
+                # A round stopped (SIGTERM, Ctrl-C) while the server grants its slot stops
+                # once the lease is in `held`, which round_guard then releases.
+                with _signals_held():
+                    body = client.increment_concurrency_slots_with_lease(
+                        [name], 1, "concurrency", LEASE_SECONDS, holder).json()
+                    held.append(UUID(body["lease_id"]))
                 if known in _LIMITS_CREATED and not body["limits"]:
                     # The limit is gone (deleted, or a fresh server at the same address):
                     # the lease holds nothing, so create the limit and acquire again.
-                    client.release_concurrency_slots_with_lease(UUID(body["lease_id"]))
+                    client.release_concurrency_slots_with_lease(held.pop())
                     _LIMITS_CREATED.discard(known)
                     _create_limit(client, name)
                     continue
                 _LIMITS_CREATED.add(known)
-                return UUID(body["lease_id"])
+                return held[-1]
             except httpx.HTTPStatusError as exc:
                 if exc.response.status_code != 423:  # 423 Locked: another round holds it
                     raise
@@ -101,6 +110,30 @@ def _acquire_slot(dataset: str) -> UUID:
                 _release_dead_holders(client, dataset)
                 next_check = time.monotonic() + DEAD_HOLDER_CHECK_SECONDS
             time.sleep(random.uniform(0.5, 1.0) * GUARD_POLL_SECONDS)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT while the block runs, then deliver them to the handlers in
+    place (Prefect's turn them into exceptions). Python runs signal handlers in the main
+    thread only, so elsewhere nothing needs holding."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    if any(handler is None for handler in previous.values()):
+        yield  # a handler installed outside Python: it cannot be put back
+        return
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in caught:
+            signal.raise_signal(signum)
 
 
 def _create_limit(client: SyncPrefectClient, name: str) -> None:
@@ -138,11 +171,16 @@ def end_dead_round(client: SyncPrefectClient, run: FlowRun, state: State) -> boo
     """
     if client.set_flow_run_state(run.id, state).status != SetStateStatus.ACCEPT:
         return False
+    release_round_slot(client, run)
+    return True
+
+
+def release_round_slot(client: SyncPrefectClient, run: FlowRun) -> None:
+    """Free the round slot `run` holds, if any (its lease is named in its labels)."""
     lease = run.labels.get(LEASE_LABEL)
     if lease:
-        with suppress(httpx.HTTPStatusError):  # lapsed already: nothing left to free
+        with suppress(httpx.HTTPStatusError):  # released or lapsed already
             client.release_concurrency_slots_with_lease(UUID(str(lease)))
-    return True
 
 
 @contextmanager
