@@ -44,10 +44,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The server's own writes, batched: SQLite lets one transaction write at a time, and a
+# request that reads before it writes and meets another writer is answered 503 "database
+# is locked", which Prefect's client retries after 2 s or more. The task-run recorder
+# otherwise writes each task-run event on its own (about 20 per round), the event
+# persister every 20 events. Task runs and events then reach the UI within a second or
+# two. Values already in the environment win.
+SERVER_BATCHING = {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "2",
+}
+
+
 def prefect_env(home: Path, api_url: str | None = None,
                 extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for Prefect processes: our home folder, offline, quick polling."""
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    env = {**SERVER_BATCHING, **os.environ,
+           "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_RUNNER_POLL_FREQUENCY": "1",
            # Queued (ENQUEUE) rounds retry their slot every second, not every 30 s.
            "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "1",
