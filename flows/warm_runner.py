@@ -80,6 +80,10 @@ class WarmRunner:
                  poll_seconds: float = 0.2, max_round_seconds: float = 3600.0,
                  preload: tuple[str, ...] = ()) -> None:
         self.deployment = deployment
+        # While our runs fill the deployment's concurrency limit, claiming another is
+        # refused and re-queued for later (ENQUEUE): wait and claim it the moment one ends.
+        limit = deployment.concurrency_limit
+        self.limit: int | None = getattr(limit, "limit", limit)
         # Children find the flow by name in the module the fork server imported.
         self.flow_ref = (flow.fn.__module__, flow.fn.__name__)
         self.poll_seconds = poll_seconds
@@ -109,8 +113,9 @@ class WarmRunner:
                         client.get_scheduled_flow_runs_for_deployments([deployment_id],
                                                                        limit=1)
                         next_ready = time.monotonic() + READY_SECONDS
-                    self._start_due_runs(client, deployment_id)
-                    self._watch_children(client)
+                    running = self._watch_children(client)
+                    if self.limit is None or running < self.limit:
+                        self._start_due_runs(client, deployment_id)
                     self._report_server(up=True)
                 except _SERVER_ERRORS as exc:
                     self._report_server(up=False, error=exc)
@@ -144,13 +149,13 @@ class WarmRunner:
             self.children[run.id] = _Child(process, run.id,
                                            time.monotonic() + self.max_round_seconds)
 
-    def _watch_children(self, client: SyncPrefectClient) -> None:
-        """Stop children past their deadline or cancelled; end the runs of those gone."""
+    def _watch_children(self, client: SyncPrefectClient) -> int:
+        """Stop children past their deadline or cancelled; end the runs of those gone.
+        Return how many runs of ours are not final yet (they hold deployment slots)."""
         live = [c for c in self.children.values() if c.process.is_alive()]
-        cancelling = {r.id for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            id=FlowRunFilterId(any_=[c.flow_run_id for c in live]),
-            state=FlowRunFilterState(type=FlowRunFilterStateType(
-                any_=[StateType.CANCELLING]))))} if live else set()
+        states = {r.id: r.state for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[c.flow_run_id for c in live])))} if live else {}
+        cancelling = {i for i, state in states.items() if state and state.is_cancelling()}
         for child in live:
             if child.ending is None and child.flow_run_id in cancelling:
                 self._stop(child, Cancelled(
@@ -164,6 +169,9 @@ class WarmRunner:
         for child in [c for c in self.children.values() if not c.process.is_alive()]:
             self._end_run(client, child)
             del self.children[child.flow_run_id]
+        # A child lives on briefly after its run ends (Prefect's heartbeat thread, events).
+        return sum(1 for i, state in states.items()
+                   if i in self.children and not (state and state.is_final()))
 
     def _stop(self, child: _Child, state: State) -> None:
         """Stop a child with SIGTERM, which lets the round release its slot on the way out
