@@ -39,7 +39,9 @@ def _run_name() -> str:
     return f"{params.get('dataset', 'dataset')}-{suffix}"
 
 
-@flow(name="generation-round", flow_run_name=_run_name)
+# The result is a summary of the version record, the durable truth: never persisted (and
+# Prefect need not ask the server for its default result storage to decide that).
+@flow(name="generation-round", flow_run_name=_run_name, persist_result=False)
 def generation_round(
     dataset: str,
     config: dict[str, Any] | None = None,

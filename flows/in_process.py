@@ -16,6 +16,7 @@ from typing import Any
 from prefect import tags
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+from dyngen.local_server import ensure_prefect_api
 from flows.generation_round import generation_round
 from flows.round_guard import round_tags
 
@@ -24,6 +25,7 @@ def run_round(dataset: str, config: dict[str, Any] | None = None,
               trigger: dict[str, Any] | None = None,
               overrides: list[str] | None = None) -> dict[str, Any]:
     """Run one round as a flow run in this process and return its summary."""
+    ensure_prefect_api()  # without PREFECT_API_URL: a temporary server, started patiently
     # Tagged when created, so the round need not write its tags while it runs.
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}), \
             tags(*round_tags(dataset)):

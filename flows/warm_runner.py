@@ -10,9 +10,9 @@ deployment, tasks, logs, artifacts and heartbeats.
 Each run keeps its own process, so what happens to it cannot take the serve process down:
 - a child that dies (a crash, a kill, an exit) leaves its run Crashed and the round slot
   it held (flows/round_guard.py) released;
-- a child still running after `max_round_seconds` is killed, its run TimedOut (Failed)
-  and its slot released;
-- a run cancelled from the UI or CLI has its child killed, and is marked Cancelled.
+- a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL), its
+  run TimedOut (Failed) and its slot released;
+- a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled.
 Code is imported when serving starts: restart `dyngen serve` after changing it.
 """
 
@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
@@ -45,7 +46,6 @@ from prefect.deployments.runner import RunnerDeployment
 from prefect.exceptions import Abort, PrefectHTTPStatusError
 from prefect.flows import Flow
 from prefect.states import Cancelled, Crashed, Failed, Pending
-from prefect.types._datetime import now
 from prefect.utilities.engine import propose_state_sync
 
 from flows.round_guard import end_dead_round, release_round_slot
@@ -114,8 +114,8 @@ class WarmRunner:
                                                                        limit=1)
                         next_ready = time.monotonic() + READY_SECONDS
                     running = self._watch_children(client)
-                    if self.limit is None or running < self.limit:
-                        self._start_due_runs(client, deployment_id)
+                    self._start_due_runs(client, deployment_id,
+                                         None if self.limit is None else self.limit - running)
                     self._report_server(up=True)
                 except _SERVER_ERRORS as exc:
                     self._report_server(up=False, error=exc)
@@ -123,17 +123,21 @@ class WarmRunner:
                 self.stopping.wait(self.poll_seconds)
             self._shut_down(client)
 
-    def _start_due_runs(self, client: SyncPrefectClient, deployment_id: UUID) -> None:
+    def _start_due_runs(self, client: SyncPrefectClient, deployment_id: UUID,
+                        room: int | None) -> None:
+        """Claim and start the deployment's due runs, at most `room` of them (None: all)."""
         runs = client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
             flow_run_filter=FlowRunFilter(
                 state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
                 next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(
-                    before_=now("UTC"))),
+                    before_=datetime.now(timezone.utc))),
             sort=FlowRunSort.NEXT_SCHEDULED_START_TIME_ASC, limit=10)
         for run in runs:
             if run.id in self.children:
                 continue
+            if room is not None and room <= 0:
+                return
             # Pending claims the run; a full concurrency limit (ENQUEUE) answers with a
             # later Scheduled state instead, and the run comes back at that time.
             try:
@@ -148,6 +152,7 @@ class WarmRunner:
             process.start()
             self.children[run.id] = _Child(process, run.id,
                                            time.monotonic() + self.max_round_seconds)
+            room = None if room is None else room - 1
 
     def _watch_children(self, client: SyncPrefectClient) -> int:
         """Stop children past their deadline or cancelled; end the runs of those gone.
