@@ -396,9 +396,9 @@ def serve_(
     every_n_batches: Annotated[int, typer.Option(
         min=1, help="Run a round every N batch-end events.")] = 1,
     isolation: Annotated[str, typer.Option(
-        help="fork: each round in a process forked from a warm one (starts in ~0.05 s); "
-             "process: Prefect's runner, a fresh interpreter per round (~2 s; picks up "
-             "changed code).")] = "fork",
+        help="fork: each round in a process forked from a warm one (imports nothing); "
+             "process: Prefect's runner, a fresh interpreter per round (imports everything "
+             "again, so it picks up changed code).")] = "fork",
     poll_seconds: Annotated[float, typer.Option(
         min=0.01, help="How often to look for rounds to start.")] = 0.2,
     max_round_seconds: Annotated[float | None, typer.Option(
