@@ -1,81 +1,212 @@
-"""Emit → committed-version latency through the served deployment, against a direct round.
+"""Round latency against Prefect's floor, on SQLite and on PostgreSQL, in one run.
 
-Starts a local Prefect server, serves the round with its batch-end trigger (runner poll
-interval 1 s), emits N events one at a time and times each from `emit_batch_end` to the
-version committed for that event. The baseline, measured in the same run, is the same
-round called directly in-process (no event, no scheduling, no subprocess).
+For each database: a local Prefect server (dyngen.local_server), `dyngen serve` for one
+dataset, and N rounds of each kind, interleaved so that all see the same conditions:
+  empty flow        a flow that does nothing (Prefect's floor)
+  same-shape flow   a flow of the round's 7 tasks and 2 artifacts, doing nothing
+  direct round      flows.in_process.run_round: an 8-row round of the arithmetic curriculum
+  served round      emit_batch_end → automation → run → warm child → committed version
+The in-process flows run as a direct round does (without Prefect's heartbeat, whose
+thread the sync engine joins at the end of every run: the "heartbeat on" row shows that
+cost). The server log counts requests answered 503 "database is locked": Prefect's client
+retries each after a back-off of 2 s or more.
 
-    python benchmarks/trigger_latency.py [--events 10]
+    python benchmarks/trigger_latency.py [--events 20] [--databases sqlite postgresql]
+        [--isolation fork|process] [--prefect-batching]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dyngen.events import emit_batch_end, trigger_name  # noqa: E402
 from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
-from dyngen.store import Store  # noqa: E402
-from generators.arithmetic import arithmetic_task  # noqa: E402
 
 ROUND = ["data.datagen.path=pkg://generators.arithmetic",
          "data.datagen.name=ArithmeticCurriculum"]
+BACKOFF_LINE = "Encountered retryable exception in request"
+# Prefect 3.9's defaults for what dyngen.local_server.SERVER_BATCHING changes.
+PREFECT_BATCHING = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "1",
+                    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "5",
+                    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "20",
+                    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "5"}
+TARGETS = {"direct": 1.0, "direct_ratio": 3.0, "served_median": 2.5, "served_p95": 4.0}
+
+
+def measure(database: str, events: int, isolation: str, workdir: Path) -> dict:
+    """Run every kind of round `events` times against one database; seconds per kind."""
+    os.environ["PREFECT_SERVER_LOG_RETRYABLE_ERRORS"] = "true"
+    server = LocalServer(workdir / "prefect", database=database).start()
+    os.environ.update(server.env())
+    from dyngen.events import emit_batch_end, trigger_name
+    from dyngen.store import Store
+    from generators.arithmetic import arithmetic_task
+
+    store = Store(workdir / "store")
+    rng = random.Random(0)
+    for name in ("served", "direct"):
+        store.create(name, [arithmetic_task(rng, i, 1) for i in range(16)])
+    serve = spawn([sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "serve",
+                   "--dataset", "served", "--isolation", isolation, *ROUND],
+                  server.env(PYTHONPATH=str(REPO)), workdir / "serve.log", cwd=REPO)
+    try:
+        wait_for_automation(server.api_url, trigger_name("served"))
+        kinds = _kinds(store, emit_batch_end, server.api_url)
+        for run in kinds.values():  # warm-up: imports, the flow and limit records
+            run(0)
+        seen = server.log.read_text().count(BACKOFF_LINE)
+        times: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for step in range(1, events + 1):
+            for kind, run in kinds.items():
+                if kind == "empty flow, heartbeat on" and step > 5:
+                    continue  # its cost is plain after a few
+                started = time.perf_counter()
+                run(step)
+                times[kind].append(time.perf_counter() - started)
+            print(f"{database} {step:>3}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in
+                                                         times.items()), flush=True)
+        backoffs = server.log.read_text().count(BACKOFF_LINE) - seen
+    finally:
+        stop(serve)
+        server.stop()
+    return {"database": database, "times": times, "backoffs": backoffs}
+
+
+def _kinds(store, emit_batch_end, api_url: str) -> dict[str, Callable[[int], None]]:
+    from prefect import flow, task
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from flows.in_process import run_round
+
+    @task
+    def stage() -> None:
+        """A task that does nothing."""
+
+    @flow
+    def empty() -> None:
+        """A flow that does nothing."""
+
+    @flow
+    def same_shape() -> None:
+        """The round's 7 tasks and 2 artifacts, doing nothing."""
+        for _ in range(7):
+            stage()
+        create_markdown_artifact("# nothing", key="bench-round")
+        create_table_artifact([{"version": 0}], key="bench-history")
+
+    def without_heartbeat(fn: Callable[[], None]) -> Callable[[int], None]:
+        def call(step: int) -> None:
+            with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+                fn()
+        return call
+
+    config = {"store": {"root": str(store.root)},
+              "data": {"datagen": {"path": "pkg://generators.arithmetic",
+                                   "name": "ArithmeticCurriculum"}}}
+
+    def served(step: int) -> None:
+        event_id = emit_batch_end("served", step, {"score": 0.7}, api_url=api_url)
+        assert event_id is not None, "event not sent"
+        deadline = time.monotonic() + 120
+        while store.find_idempotency_key("served", f"event:{event_id}") is None:
+            assert time.monotonic() < deadline, "the served round did not commit in 120 s"
+            time.sleep(0.02)
+
+    return {
+        "empty flow, heartbeat on": lambda step: empty(),
+        "empty flow": without_heartbeat(empty),
+        "same-shape flow": without_heartbeat(same_shape),
+        "direct round": lambda step: run_round("direct", config,
+                                               {"step": step, "metrics": {"score": 0.7}}),
+        "served round": served,
+    }
+
+
+def p95(values: list[float]) -> float:
+    """The 95th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[max(0, round(0.95 * len(ordered)) - 1)]
+
+
+def report(results: list[dict]) -> None:
+    """One table per database, ratios within it, and the issue's targets."""
+    for res in results:
+        times = res["times"]
+        shape = statistics.median(times["same-shape flow"])
+        print(f"\n{res['database']}: median / p95 / max seconds, ratio to the same-shape flow")
+        for kind, values in times.items():
+            med = statistics.median(values)
+            print(f"  {kind:<26}{len(values):>4}{med:>8.2f}{p95(values):>8.2f}"
+                  f"{max(values):>8.2f}{med / shape:>8.2f}x")
+        direct = statistics.median(times["direct round"])
+        served = times["served round"]
+        checks = {
+            f"direct round <= {TARGETS['direct']} s": direct <= TARGETS["direct"],
+            f"direct <= {TARGETS['direct_ratio']}x same-shape flow":
+                direct <= TARGETS["direct_ratio"] * shape,
+            f"served median <= {TARGETS['served_median']} s":
+                statistics.median(served) <= TARGETS["served_median"],
+            f"served p95 <= {TARGETS['served_p95']} s": p95(served) <= TARGETS["served_p95"],
+        }
+        print(f"  503 'database is locked' answers (each a >= 2 s client back-off): "
+              f"{res['backoffs']}")
+        print("  targets: " + "; ".join(f"{k}: {'met' if ok else 'MISSED'}"
+                                        for k, ok in checks.items()))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=10)
+    ap.add_argument("--events", type=int, default=20)
+    ap.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"],
+                    choices=["sqlite", "postgresql"])
+    ap.add_argument("--isolation", default="fork", choices=["fork", "process"])
+    ap.add_argument("--prefect-batching", action="store_true",
+                    help="Run the server with Prefect's own write batching, not dyngen's "
+                         "(dyngen.local_server.SERVER_BATCHING), to compare the two.")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="Keep servers, stores and logs here (default: a temporary folder).")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one database, JSON out
     args = ap.parse_args()
-    import random
-
-    with tempfile.TemporaryDirectory(prefix="dyngen-latency-") as tmp:
-        root = Path(tmp)
-        store = Store(root / "store")
-        rng = random.Random(0)
-        store.create("served", [arithmetic_task(rng, i, 1) for i in range(16)])
-        store.create("direct", [arithmetic_task(rng, i, 1) for i in range(16)])
-        server = LocalServer(root / "prefect").start()
-        os.environ.update(server.env())
-        serve = spawn([sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "serve",
-                       "--dataset", "served", *ROUND], server.env(PYTHONPATH=str(REPO)),
-                      root / "serve.log", cwd=REPO)
-        try:
-            wait_for_automation(server.api_url, trigger_name("served"))
-            served, direct = [], []
-            from flows.generation_round import generation_round
-
-            config = {"store": {"root": str(store.root)},
-                      "data": {"datagen": {"path": "pkg://generators.arithmetic",
-                                           "name": "ArithmeticCurriculum"}}}
-            for step in range(1, args.events + 1):
-                t0 = time.perf_counter()
-                event_id = emit_batch_end("served", step, {"score": 0.7}, api_url=server.api_url)
-                assert event_id is not None, "event not sent"
-                while store.find_idempotency_key("served", f"event:{event_id}") is None:
-                    time.sleep(0.05)
-                served.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                generation_round("direct", config, {"step": step, "metrics": {"score": 0.7}})
-                direct.append(time.perf_counter() - t0)
-                print(f"event {step:>2}: served {served[-1]:.2f} s, direct {direct[-1]:.2f} s",
-                      flush=True)
-        finally:
-            stop(serve)
-            server.stop()
-    med_s, med_d = statistics.median(served), statistics.median(direct)
-    print(f"{'mode':<8}{'events':>8}{'median s':>10}{'max s':>8}{'ratio':>8}")
-    print(f"{'direct':<8}{len(direct):>8}{med_d:>10.2f}{max(direct):>8.2f}{1.0:>8.2f}")
-    print(f"{'served':<8}{len(served):>8}{med_s:>10.2f}{max(served):>8.2f}{med_s / med_d:>8.2f}")
-    print("served = emit → event → automation → scheduled run → runner (1 s poll) → committed; "
-          "target: median <= 5 s")
+    if args.prefect_batching:
+        os.environ.update(PREFECT_BATCHING)  # inherited by the servers; wins over dyngen's
+    if args.one:
+        with tempfile.TemporaryDirectory(prefix="dyngen-latency-") as tmp:
+            os.chmod(tmp, 0o711)  # under root, PostgreSQL runs as nobody and must reach it
+            workdir = (args.workdir or Path(tmp)).resolve() / args.one
+            workdir.mkdir(parents=True, exist_ok=True)
+            result = measure(args.one, args.events, args.isolation, workdir)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    results = []
+    for database in args.databases:
+        # One process per database: Prefect's clients and workers are per process.
+        cmd = [sys.executable, __file__, "--one", database, "--events", str(args.events),
+               "--isolation", args.isolation]
+        if args.workdir:
+            cmd += ["--workdir", str(args.workdir)]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("RESULT "):
+                    results.append(json.loads(line.removeprefix("RESULT ")))
+                else:
+                    print(line, end="", flush=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"the {database} measurement failed (exit {proc.returncode})")
+    report(results)
 
 
 if __name__ == "__main__":

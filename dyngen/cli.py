@@ -370,7 +370,7 @@ def round_(
 
     from dyngen.config import load_config
     from dyngen.local_server import ensure_prefect_api
-    from flows.generation_round import generation_round
+    from flows.in_process import run_round
 
     state = _state(ctx)
     cfg = load_config(config or state.config_path, overrides or [])
@@ -385,8 +385,8 @@ def round_(
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}
-    result = generation_round(name, config=OmegaConf.to_container(cfg, resolve=True),
-                              trigger=trigger or None)
+    result = run_round(name, config=OmegaConf.to_container(cfg, resolve=True),
+                       trigger=trigger or None)
     counts = result["counts"]
     if result["created"]:
         state.out.print(f"committed {name!r} version {result['version']} (parent "
@@ -407,6 +407,15 @@ def serve_(
         help="Config overrides passed to every round, e.g. data.max_prompt_length=512.")] = None,
     every_n_batches: Annotated[int, typer.Option(
         min=1, help="Run a round every N batch-end events.")] = 1,
+    isolation: Annotated[str, typer.Option(
+        help="fork: each round in a process forked from a warm one (imports nothing); "
+             "process: Prefect's runner, a fresh interpreter per round (imports everything "
+             "again, so it picks up changed code).")] = "fork",
+    poll_seconds: Annotated[float, typer.Option(
+        min=0.01, help="How often to look for rounds to start.")] = 0.2,
+    max_round_seconds: Annotated[float | None, typer.Option(
+        min=1, help="fork: kill a round running longer, its run TimedOut (default: "
+                    "(round.retries + 1) x round.timeout_seconds + 300).")] = None,
 ) -> None:
     """Serve the generation round with its batch-end event trigger until interrupted."""
     from omegaconf import OmegaConf
@@ -421,7 +430,9 @@ def serve_(
         cfg.store.root = str(state.root)
     cfg.store.root = str(Path(cfg.store.root).resolve())  # runs start in other folders
     cfg.round.rollouts_dirs = absolute_dirs(cfg.round.rollouts_dirs)
-    serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches)
+    serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches,
+                 isolation=isolation, poll_seconds=poll_seconds,
+                 max_round_seconds=max_round_seconds)
 
 
 @app.command("demo")

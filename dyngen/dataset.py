@@ -140,12 +140,12 @@ class DyngenDataset:
     def _run_inline(self, step: int, metrics: Mapping[str, float] | None,
                     rollouts: str | None, event_id: str | None = None) -> dict[str, Any] | None:
         # The core never imports flows at module level: Prefect-side code stays at the edge.
-        from flows.generation_round import generation_round
+        from flows.in_process import run_round
 
         trigger = batch_end_payload(step, metrics, rollouts, event_id)["trigger"]
         try:
             ensure_prefect_api()  # without PREFECT_API_URL: a temporary server, started once
-            return generation_round(self.name, config=self.round_config, trigger=trigger)
+            return run_round(self.name, config=self.round_config, trigger=trigger)
         except Exception:
             logger.exception("dyngen: the inline generation round of %r at step %s failed; "
                              "training continues on version %d", self.name, step, self.version)

@@ -1,8 +1,9 @@
 """A local Prefect server and helper processes, started and stopped by PID.
 
-Used by `dyngen demo` and the end-to-end tests: `prefect server start` on 127.0.0.1
-with SQLite under a folder of ours (optionally with basic auth), and child processes
-(serve, worker) in their own process groups so that stopping one stops everything it
+Used by `dyngen demo`, the benchmarks and the end-to-end tests: `prefect server start` on
+127.0.0.1 with SQLite or PostgreSQL under a folder of ours (optionally with basic auth),
+and child processes (serve, worker, postgres) in their own process groups so that
+stopping one stops everything it
 started.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -19,14 +21,18 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
 
 from dyngen.errors import ConfigError, PrefectServerError
 from dyngen.server_auth import AUTH_HINT, auth_headers
 
+if TYPE_CHECKING:
+    from dyngen.postgres import LocalPostgres
+
 START_TIMEOUT_SECONDS = 180.0
+DATABASES = ("sqlite", "postgresql")
 # Prefect's temporary server creates its SQLite database on the first start in a new
 # PREFECT_HOME: ~116 migrations, 9 s on a loaded 2-core machine, past Prefect's default
 # 20 s start-up budget together with the server's own import. dyngen waits this long.
@@ -41,10 +47,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# The server's own writes, batched: SQLite lets one transaction write at a time, and a
+# request that reads before it writes and meets another writer is answered 503 "database
+# is locked", which Prefect's client retries after 2 s or more. The task-run recorder
+# otherwise writes each task-run event on its own (about 20 per round), the event
+# persister every 20 events. Task runs and events then reach the UI within a second or
+# two. Values already in the environment win.
+SERVER_BATCHING = {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "200",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "2",
+}
+
+
 def prefect_env(home: Path, api_url: str | None = None,
                 extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for Prefect processes: our home folder, offline, quick polling."""
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    env = {**SERVER_BATCHING, **os.environ,
+           "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_RUNNER_POLL_FREQUENCY": "1",
            # Queued (ENQUEUE) rounds retry their slot every second, not every 30 s.
            "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "1",
@@ -63,14 +84,16 @@ def prefect_env(home: Path, api_url: str | None = None,
     return env
 
 
-def spawn(args: Sequence[str], env: Mapping[str, str], log: Path,
-          cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start a process in its own process group, output to `log`."""
+def spawn(args: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path | None = None,
+          user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
+    """Start a process in its own process group, output to `log` (as `user`, if given)."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    as_user = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid,
+                                       "extra_groups": []}
     with open(log, "ab") as out:
         return subprocess.Popen(list(args), env=dict(env), cwd=cwd, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, **as_user)  # type: ignore[call-overload]
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
@@ -205,12 +228,21 @@ def _sqlite_file(url: str) -> Path | None:
 
 @dataclass
 class LocalServer:
-    """`prefect server start` on 127.0.0.1, SQLite under `home`, basic auth if `auth_string`."""
+    """`prefect server start` on 127.0.0.1, its database under `home`: SQLite (a file) or
+    PostgreSQL (a local cluster in `home/postgres`, see dyngen/postgres.py); basic auth if
+    `auth_string`."""
 
     home: Path
     port: int = field(default_factory=free_port)
+    database: str = "sqlite"
     process: subprocess.Popen[bytes] | None = None
     auth_string: str | None = None  # "user:password"; only /health answers without it
+    postgres: LocalPostgres | None = None
+
+    def __post_init__(self) -> None:
+        if self.database not in DATABASES:
+            raise PrefectServerError(f"database must be one of {', '.join(DATABASES)}, "
+                              f"found {self.database!r}.")
 
     @property
     def api_url(self) -> str:
@@ -240,18 +272,25 @@ class LocalServer:
                                            PREFECT_API_AUTH_STRING: self.auth_string})
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> LocalServer:
-        """Start the server and wait until it is healthy."""
+        """Start the database (PostgreSQL) and the server; wait until it is healthy."""
         self.home.mkdir(parents=True, exist_ok=True)
         prefect = Path(sys.executable).with_name("prefect")
         # The UI must call this server's API, not the default port 4200.
-        env = prefect_env(self.home, extra={"PREFECT_UI_API_URL": self.api_url})
-        # Auth is exactly what this object says, whatever the caller's environment holds.
-        env.pop("PREFECT_SERVER_API_AUTH_STRING", None)
-        if self.auth_string:
-            env["PREFECT_SERVER_API_AUTH_STRING"] = self.auth_string
-        self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
-                              "--port", str(self.port)], env, self.log)
+        extra = {"PREFECT_UI_API_URL": self.api_url}
         try:
+            if self.database == "postgresql":
+                if self.postgres is None:  # the same cluster (and port) across restarts
+                    from dyngen.postgres import LocalPostgres
+
+                    self.postgres = LocalPostgres(self.home / "postgres")
+                extra["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.postgres.start().url
+            env = prefect_env(self.home, extra=extra)
+            # Auth is exactly what this object says, whatever the caller's environment holds.
+            env.pop("PREFECT_SERVER_API_AUTH_STRING", None)
+            if self.auth_string:
+                env["PREFECT_SERVER_API_AUTH_STRING"] = self.auth_string
+            self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
+                                  "--port", str(self.port)], env, self.log)
             wait_healthy(self.api_url, timeout, self.process)
         except BaseException:
             self.stop()
@@ -259,7 +298,9 @@ class LocalServer:
         return self
 
     def stop(self) -> None:
-        """Stop the server by its PID."""
+        """Stop the server, then its database, by their PIDs."""
         if self.process is not None:
             stop(self.process)
             self.process = None
+        if self.postgres is not None:
+            self.postgres.stop()

@@ -20,7 +20,7 @@ from dyngen.rollouts import RolloutsPolicy
 from dyngen.round import RoundContext, Trigger
 from dyngen.store import Store
 from dyngen.store.names import validate_name
-from flows.round_guard import label_run, round_guard
+from flows.round_guard import name_run, round_guard
 from tasks.concat import concat_rows
 from tasks.filter import filter_generated
 from tasks.load import load_dataset
@@ -40,7 +40,9 @@ def _run_name() -> str:
     return f"{params.get('dataset', 'dataset')}-{suffix}"
 
 
-@flow(name="generation-round", flow_run_name=_run_name)
+# The result is a summary of the version record, the durable truth: never persisted (and
+# Prefect need not ask the server for its default result storage to decide that).
+@flow(name="generation-round", flow_run_name=_run_name, persist_result=False)
 def generation_round(
     dataset: str,
     config: dict[str, Any] | None = None,
@@ -75,7 +77,7 @@ def generation_round(
         crash_point("round.after_load")
         context = RoundContext(dataset, parent.version + 1, parent.version, trig,
                                rollouts_policy=rollouts)
-        label_run(dataset, context.round)
+        name_run(dataset, context.round)
         with _timed(timings, "generate"):
             rows, generator, fanned_out = generate_all(cfg, data, context)
         crash_point("round.after_generate")

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextvars
 import os
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from uuid import UUID
 
@@ -29,11 +30,14 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStateType,
     FlowRunFilterTags,
 )
-from prefect.client.schemas.objects import ConcurrencyLeaseHolder, StateType
+from prefect.client.schemas.objects import ConcurrencyLeaseHolder, FlowRun, State, StateType
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.exceptions import ObjectAlreadyExists
 from prefect.runtime import flow_run
 from prefect.states import Crashed
+
+from dyngen.errors import DatasetNameError
+from dyngen.store.names import validate_name
 
 GUARD_TIMEOUT_SECONDS = 3600.0
 
@@ -42,43 +46,60 @@ GUARD_POLL_SECONDS = 0.25
 DEAD_HOLDER_CHECK_SECONDS = 2.0
 LEASE_LABEL = "dyngen.round.lease"
 PROCESS_LABEL = "dyngen.round.process"
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _DEAD = ("Z", "X")  # /proc states of a process that has exited (zombie, dead)
+# Limits this process created or found, per API address: later rounds skip the upsert.
+_LIMITS_CREATED: set[tuple[str, str]] = set()
 
 
 @contextmanager
 def round_guard(dataset: str) -> Iterator[None]:
     """One round per dataset at a time, across processes and machines (a Prefect limit)."""
-    lease_id = _acquire_slot(dataset)
+    held: list[UUID] = []  # the slot's lease, once the server has granted it
     try:
-        label_run(dataset, None, {LEASE_LABEL: str(lease_id),
-                                   PROCESS_LABEL: _process_identity(os.getpid()) or ""})
-        with _renewing(lease_id):
+        _acquire_slot(dataset, held)
+        _mark_holder(dataset, held[0])
+        with _renewing(held[0]):
             yield
     finally:
-        try:
-            with get_client(sync_client=True) as client:
-                client.release_concurrency_slots_with_lease(lease_id)
-        except Exception as exc:  # the round's outcome stands; the lease lapses on its own
-            get_run_logger().warning("could not release the round's concurrency lease (it "
-                                     "lapses within %.0f s): %s", LEASE_SECONDS, exc)
+        if held:
+            try:
+                with get_client(sync_client=True) as client:
+                    client.release_concurrency_slots_with_lease(held[0])
+            except Exception as exc:  # the round's outcome stands; the lease lapses
+                get_run_logger().warning("could not release the round's concurrency lease "
+                                         "(it lapses within %.0f s): %s", LEASE_SECONDS, exc)
 
 
-def _acquire_slot(dataset: str) -> UUID:
-    """Wait for the dataset's slot, freeing it meanwhile from holders that died here."""
+def _acquire_slot(dataset: str, held: list[UUID] | None = None) -> UUID:
+    """Wait for the dataset's slot, freeing it meanwhile from holders that died here; the
+    lease is also appended to `held` as soon as the server grants it."""
+    held = [] if held is None else held
     name = f"dyngen-round-{dataset}"
     holder = ConcurrencyLeaseHolder(type="flow_run", id=flow_run.id) if flow_run.id else None
     deadline = time.monotonic() + GUARD_TIMEOUT_SECONDS
     next_check = time.monotonic() + GUARD_POLL_SECONDS
     with get_client(sync_client=True) as client:
-        try:
-            client.upsert_global_concurrency_limit_by_name(name, 1)
-        except ObjectAlreadyExists:  # the upsert is not atomic: another round created it
-            client.upsert_global_concurrency_limit_by_name(name, 1)
+        known = (str(client.api_url), name)
+        if known not in _LIMITS_CREATED:
+            _create_limit(client, name)
         while True:
             try:
-                response = client.increment_concurrency_slots_with_lease(
-                    [name], 1, "concurrency", LEASE_SECONDS, holder)
-                return UUID(response.json()["lease_id"])
+                # A round stopped (SIGTERM, Ctrl-C) while the server grants its slot stops
+                # once the lease is in `held`, which round_guard then releases.
+                with _signals_held():
+                    body = client.increment_concurrency_slots_with_lease(
+                        [name], 1, "concurrency", LEASE_SECONDS, holder).json()
+                    held.append(UUID(body["lease_id"]))
+                if known in _LIMITS_CREATED and not body["limits"]:
+                    # The limit is gone (deleted, or a fresh server at the same address):
+                    # the lease holds nothing, so create the limit and acquire again.
+                    client.release_concurrency_slots_with_lease(held.pop())
+                    _LIMITS_CREATED.discard(known)
+                    _create_limit(client, name)
+                    continue
+                _LIMITS_CREATED.add(known)
+                return held[-1]
             except httpx.HTTPStatusError as exc:
                 if exc.response.status_code != 423:  # 423 Locked: another round holds it
                     raise
@@ -91,6 +112,37 @@ def _acquire_slot(dataset: str) -> UUID:
             time.sleep(random.uniform(0.5, 1.0) * GUARD_POLL_SECONDS)
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT while the block runs, then deliver them to the handlers in
+    place (Prefect's turn them into exceptions). Python runs signal handlers in the main
+    thread only, so elsewhere nothing needs holding."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    if any(handler is None for handler in previous.values()):
+        yield  # a handler installed outside Python: it cannot be put back
+        return
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in caught:
+            signal.raise_signal(signum)
+
+
+def _create_limit(client: SyncPrefectClient, name: str) -> None:
+    try:
+        client.upsert_global_concurrency_limit_by_name(name, 1)
+    except ObjectAlreadyExists:  # the upsert is not atomic: another round created it
+        client.upsert_global_concurrency_limit_by_name(name, 1)
+
+
 def _release_dead_holders(client: SyncPrefectClient, dataset: str) -> None:
     """Mark Crashed the Running rounds of `dataset` whose process died, and free their slot.
 
@@ -100,17 +152,35 @@ def _release_dead_holders(client: SyncPrefectClient, dataset: str) -> None:
         tags=FlowRunFilterTags(all_=[f"dataset:{dataset}"]),
         state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
     for run in runs:
-        lease = run.labels.get(LEASE_LABEL)
-        if not lease or run.id == flow_run.id or not _process_is_gone(
+        if not run.labels.get(LEASE_LABEL) or run.id == flow_run.id or not _process_is_gone(
                 str(run.labels.get(PROCESS_LABEL, ""))):
             continue
         crashed = Crashed(message="its process died while holding the round slot of "
                                   f"dataset {dataset!r}; a later round freed the slot")
-        if client.set_flow_run_state(run.id, crashed).status == SetStateStatus.ACCEPT:
-            client.release_concurrency_slots_with_lease(UUID(str(lease)))
+        if end_dead_round(client, run, crashed):
             get_run_logger().warning("round %s (flow run %s) died holding the slot of %r; "
                                      "marked it Crashed and released its lease", run.name,
                                      run.id, dataset)
+
+
+def end_dead_round(client: SyncPrefectClient, run: FlowRun, state: State) -> bool:
+    """Move a round whose process is gone to a final `state` and free its round slot.
+
+    Only the caller whose state change is accepted releases the lease, so of several
+    callers (waiting rounds, the serve process) exactly one does.
+    """
+    if client.set_flow_run_state(run.id, state).status != SetStateStatus.ACCEPT:
+        return False
+    release_round_slot(client, run)
+    return True
+
+
+def release_round_slot(client: SyncPrefectClient, run: FlowRun) -> None:
+    """Free the round slot `run` holds, if any (its lease is named in its labels)."""
+    lease = run.labels.get(LEASE_LABEL)
+    if lease:
+        with suppress(httpx.HTTPStatusError):  # released or lapsed already
+            client.release_concurrency_slots_with_lease(UUID(str(lease)))
 
 
 @contextmanager
@@ -184,15 +254,37 @@ def _proc_stat(pid: int) -> tuple[str, str] | None:
     return fields[0], fields[19]
 
 
-def label_run(dataset: str, round_no: int | None,
-               labels: dict[str, str] | None = None) -> None:
-    """Name the flow run after the dataset and round, and tag (and label) it."""
+def _mark_holder(dataset: str, lease_id: UUID) -> None:
+    """Tag the run with its dataset and label it with its lease and process, so that a
+    waiting round can find it, tell whether it died, and free its slot."""
     if flow_run.id is None:
         return
-    name = f"{dataset}-v{round_no}" if round_no is not None else None
     with get_client(sync_client=True) as client:
-        current = client.read_flow_run(flow_run.id)
-        tags = sorted(set(current.tags) | {f"dataset:{dataset}", "dyngen"})
-        client.update_flow_run(flow_run.id, name=name, tags=tags)
-        if labels:
-            client.update_flow_run_labels(flow_run.id, labels)
+        tags = _missing_tags(dataset)
+        if tags is not None:  # tagged at creation: served for one dataset, or run_round
+            client.update_flow_run(flow_run.id, tags=tags)
+        client.update_flow_run_labels(flow_run.id, {
+            LEASE_LABEL: str(lease_id), PROCESS_LABEL: _process_identity(os.getpid()) or ""})
+
+
+def name_run(dataset: str, round_no: int) -> None:
+    """Name the flow run `<dataset>-v<round>` (one write; the run's tags are already set)."""
+    if flow_run.id is None:
+        return
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(flow_run.id, name=f"{dataset}-v{round_no}")
+
+
+def round_tags(dataset: str) -> list[str]:
+    """The tags of a round's flow run (none for a name that is not a dataset's)."""
+    try:
+        return ["dyngen", f"dataset:{validate_name(dataset)}"]
+    except DatasetNameError:
+        return []
+
+
+def _missing_tags(dataset: str) -> list[str] | None:
+    """The run's tags plus the round's, or None when it has them all already."""
+    current = set(flow_run.tags)
+    wanted = current | set(round_tags(dataset))
+    return None if wanted == current else sorted(wanted)

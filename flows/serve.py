@@ -3,6 +3,12 @@
 The same deployment as in prefect.yaml, for users without a work pool: a batch-end
 event for a dataset becomes a run of `generation_round` with the event's trigger; one
 round runs at a time and later ones wait their turn (ENQUEUE).
+
+Two ways to run each round, both a process of its own:
+- "fork" (default): a child forked from a warm process that imported the round once
+  (flows/warm_runner.py); a round starts in tens of milliseconds.
+- "process": Prefect's runner (`prefect.serve`), a fresh interpreter per round, which
+  imports everything again (1.5-2 s), and so picks up code changed since serving began.
 """
 
 from __future__ import annotations
@@ -10,16 +16,22 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from omegaconf import DictConfig
 from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentEventTrigger
 
+from dyngen.config import load_config
+from dyngen.errors import ConfigError
 from dyngen.events import DATASET_LABEL, EVENT_NAME, RESOURCE_PREFIX, resource_id, trigger_name
 from dyngen.store.names import validate_name
 from flows.generation_round import generation_round
+from flows.warm_runner import WarmRunner
 
 DEPLOYMENT_NAME = "on-batch-end"
+POLL_SECONDS = 0.2
+ROUND_MARGIN_SECONDS = 300.0
 
 # Templates render missing fields as empty values rather than dropping the run: the flow
 # then fails with a message saying what was missing, which an operator can see.
@@ -60,9 +72,29 @@ def round_deployment(dataset: str | None = None, config: dict[str, Any] | None =
 
 
 def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = None,
-                 every_n_batches: int = 1) -> None:
+                 every_n_batches: int = 1, isolation: str = "fork",
+                 poll_seconds: float = POLL_SECONDS,
+                 max_round_seconds: float | None = None) -> None:
     """Serve the deployment until interrupted (Ctrl-C / SIGTERM)."""
-    # Not paused on shutdown: events that arrive while nothing serves become scheduled runs
-    # that wait for the next `dyngen serve`, instead of being refused by a paused deployment.
-    serve(round_deployment(dataset, config, every_n_batches), print_starting_message=True,
-          pause_on_shutdown=False)
+    if isolation not in ("fork", "process"):
+        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
+    deployment = round_deployment(dataset, config, every_n_batches)
+    if isolation == "process":
+        # Not paused on shutdown: events that arrive while nothing serves become scheduled
+        # runs that wait for the next `dyngen serve`, instead of being refused.
+        serve(deployment, print_starting_message=True, pause_on_shutdown=False,
+              query_seconds=poll_seconds)
+        return
+    cfg = load_config(base=config)
+    if max_round_seconds is None:
+        # Every generate attempt may use its whole timeout; the rest of a round is quick.
+        max_round_seconds = (int(cfg.round.retries) + 1) * float(cfg.round.timeout_seconds) \
+            + ROUND_MARGIN_SECONDS
+    WarmRunner(generation_round, deployment, poll_seconds, max_round_seconds,
+               preload=_generator_module(cfg)).serve()
+
+
+def _generator_module(cfg: DictConfig) -> tuple[str, ...]:
+    """The configured generator's module, when it is a package module (`pkg://...`)."""
+    path = str(cfg.data.datagen.path)
+    return (path.removeprefix("pkg://"),) if path.startswith("pkg://") else ()

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# Set up .venv (and Chromium for the UI test) and run the whole test suite (CI runs this).
+# Set up .venv (and Chromium and PostgreSQL for the UI and database tests) and run the whole
+# test suite (CI runs this).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+missing=()
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+    missing+=(chromium)  # tests/e2e/test_ui.py
+fi
+if ! command -v postgres >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
+    missing+=(postgresql)  # tests/e2e/test_postgres.py
+fi
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "Chromium is needed for tests/e2e/test_ui.py: sudo apt-get install chromium" >&2
+        echo "The tests need: sudo apt-get install ${missing[*]}" >&2
         exit 1
     fi
 fi

@@ -271,3 +271,9 @@ def test_console_script_starts() -> None:
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr
     assert "verify" in result.stdout and "import" in result.stdout
+
+
+def test_serve_refuses_an_unknown_isolation_before_touching_a_server(root: Path) -> None:
+    result = run(root, "serve", "--isolation", "threads")
+    assert result.exit_code == 2
+    assert "--isolation must be 'fork' or 'process', found 'threads'" in result.output

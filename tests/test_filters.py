@@ -7,11 +7,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from dyngen.filters import (
     DuplicateFilter,
     OverlongPromptFilter,
+    RowBatch,
     RowFilter,
     run_filters,
 )
@@ -115,6 +117,17 @@ def test_schema_filter_rejects_each_defect_with_a_reason(schema_filter: SchemaFi
     assert [r["reason"] for r in out.rejected] == ["schema"]
     assert wording in out.rejected[0]["detail"]
     assert out.counts == {"total": 2, "kept": 1, "schema": 1}
+
+
+def test_content_of_any_unicode_whitespace_counts_as_empty(schema_filter: SchemaFilter) -> None:
+    spaces = [c for c in map(chr, range(0x110000)) if c.isspace()]
+    rows = [verl_row_with(i, prompt=[{"role": "user", "content": f"{c} {c}"}])
+            for i, c in enumerate(spaces)]
+    # As a generator's Dataset arrives: an Arrow table, checked column by column.
+    table = pa.Table.from_pylist([*rows, verl_row(99)], schema=schema_filter.schema)
+    out = run_filters(RowBatch(table), [schema_filter])
+    assert len(out.kept) == 1
+    assert ["content is empty" in r["detail"] for r in out.rejected] == [True] * len(spaces)
 
 
 def test_schema_filter_accepts_numeric_truth_and_missing_optional_fields(

@@ -76,10 +76,12 @@ def emit_from_another_process(server: LocalServer, name: str, steps: list[int]) 
 
 @contextmanager
 def serving(server: LocalServer, store: Store, name: str, log: Path,
-            config: Sequence[str] = ROUND_CONFIG, **env: str) -> Iterator[Popen]:
+            config: Sequence[str] = ROUND_CONFIG, isolation: str = "fork",
+            **env: str) -> Iterator[Popen]:
     """`dyngen serve --dataset name` in its own process, its trigger registered."""
-    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", name, *config],
-                  env_for(server, **env), log, cwd=REPO)
+    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", name,
+                   "--isolation", isolation, *config], env_for(server, **env), log,
+                  cwd=REPO)
     try:
         wait_for_automation(server.api_url, trigger_name(name), auth_string=server.auth_string)
         yield serve
@@ -104,6 +106,19 @@ def test_served_round_commits_one_version_per_batch_event(auth_server: LocalServ
         assert rec.lineage["trigger"]["metrics"] == {"score": step / 10}
         assert rec.idempotency_key == f"event:{event_id}"
     assert verify(store, "served") == []
+
+
+def test_rounds_served_by_prefects_runner_a_fresh_process_each_commit_too(
+        auth_server: LocalServer, tmp_path: Path) -> None:
+    store = seeded(tmp_path, "isolated")
+    log = tmp_path / "serve.log"
+    with serving(auth_server, store, "isolated", log, isolation="process"):
+        (event_id,) = emit_from_another_process(auth_server, "isolated", [4])
+        (_, rec) = wait_for_versions(store, "isolated", 1, log)
+        (run,) = finished_runs(auth_server, "isolated", 1)
+    assert rec.lineage["trigger"]["event_id"] == event_id
+    assert run.state.is_completed() and run.deployment_id is not None
+    assert "runs forked from a warm process" not in log.read_text()
 
 
 def test_five_events_at_once_run_five_rounds_one_after_another(auth_server: LocalServer,

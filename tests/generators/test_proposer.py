@@ -118,7 +118,7 @@ def test_the_default_policy_never_keeps_an_unverified_label(model: Any, tmp_path
 
     def run(**policy: Any) -> tuple[datasets.Dataset, dict[str, Any]]:
         gen = proposer(**cfg, **policy)
-        return gen.generate(task_dataset(), context=Ctx(rollouts)), gen.stats
+        return gen.generate(task_dataset(), context=context_with(rollouts)), gen.stats
 
     def tasks(rows: datasets.Dataset, *methods: str) -> set[tuple[str, str]]:
         return {(r["prompt"][-1]["content"], r["reward_model"]["ground_truth"]) for r in rows

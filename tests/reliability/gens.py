@@ -9,6 +9,8 @@ built column by column in Arrow (a real proposer hands over a `datasets.Dataset`
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -142,3 +144,16 @@ class MillionRows(AbstractDataGenerator):
     def generate(self, dataset: Any) -> datasets.Dataset:
         table = million_rows(int(self.config.get("n", MILLION)))
         return datasets.Dataset(datasets.table.InMemoryTable(table))
+
+
+class DiesOrHangs(AbstractDataGenerator):
+    """By the trigger's step: kills its own process (`die_at`), sleeps for an hour
+    (`hang_at`), or writes one row recording the step."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        step = context.trigger.step
+        if step in self.config.get("die_at", []):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if step in self.config.get("hang_at", []):
+            time.sleep(3600)
+        return datasets.Dataset.from_list([verl_row(700 + step, source=f"step-{step}")])

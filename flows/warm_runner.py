@@ -1,0 +1,245 @@
+"""Run a served deployment's scheduled flow runs in processes forked from a warm one.
+
+Prefect's runner (`prefect.serve`) starts every run in a fresh interpreter, which imports
+Prefect, datasets and the round again: 1.5-2 s before the round begins. Here a fork server
+(`multiprocessing`'s "forkserver") imports the flow's module once; each run is a child
+forked from it, running the flow run through Prefect's own engine (`run_flow`), so it
+starts in tens of milliseconds and is still an ordinary, recorded flow run with its
+deployment, tasks, logs, artifacts and heartbeats.
+
+Each run keeps its own process, so what happens to it cannot take the serve process down:
+- a child that dies (a crash, a kill, an exit) leaves its run Crashed and the round slot
+  it held (flows/round_guard.py) released;
+- a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL), its
+  run TimedOut (Failed) and its slot released;
+- a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled.
+Code is imported when serving starts: restart `dyngen serve` after changing it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import multiprocessing
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from uuid import UUID
+
+import httpx
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    FlowRunFilter,
+    FlowRunFilterId,
+    FlowRunFilterNextScheduledStartTime,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import State, StateType
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.deployments.runner import RunnerDeployment
+from prefect.exceptions import Abort, PrefectHTTPStatusError
+from prefect.flows import Flow
+from prefect.states import Cancelled, Crashed, Failed, Pending
+from prefect.utilities.engine import propose_state_sync
+
+from flows.round_guard import end_dead_round, release_round_slot
+
+logger = logging.getLogger("dyngen.serve")
+
+# Reporting to the server as the deployment's poller (once in a while) keeps it Ready in
+# the UI; that call also writes, so the frequent polls are plain reads.
+READY_SECONDS = 10.0
+SHUTDOWN_GRACE_SECONDS = 15.0
+KILL_GRACE_SECONDS = 10.0
+# What Prefect imports only once a flow runs: imported once in the fork server instead.
+RUN_MODULES = ("prefect.task_engine", "prefect.concurrency.sync",
+               "prefect.utilities.visualization", "anyio._backends._asyncio")
+_SERVER_ERRORS = (httpx.HTTPError, PrefectHTTPStatusError, OSError)
+
+
+@dataclass
+class _Child:
+    """A forked process running one flow run."""
+
+    process: Any  # multiprocessing's forkserver Process
+    flow_run_id: UUID
+    deadline: float  # then SIGTERM; once stopping, then SIGKILL
+    ending: State | None = None  # the final state dyngen serve gave the run
+
+
+class WarmRunner:
+    """Poll one deployment for scheduled runs and run each in a child of a warm process."""
+
+    def __init__(self, flow: Flow[..., Any], deployment: RunnerDeployment,
+                 poll_seconds: float = 0.2, max_round_seconds: float = 3600.0,
+                 preload: tuple[str, ...] = ()) -> None:
+        self.deployment = deployment
+        # While our runs fill the deployment's concurrency limit, claiming another is
+        # refused and re-queued for later (ENQUEUE): wait and claim it the moment one ends.
+        limit = deployment.concurrency_limit
+        self.limit: int | None = getattr(limit, "limit", limit)
+        # Children find the flow by name in the module the fork server imported.
+        self.flow_ref = (flow.fn.__module__, flow.fn.__name__)
+        self.poll_seconds = poll_seconds
+        self.max_round_seconds = max_round_seconds
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload([self.flow_ref[0], __name__, *RUN_MODULES,
+                                             *preload])
+        self.children: dict[UUID, _Child] = {}
+        self.stopping = threading.Event()
+        self._server_down = False
+
+    def serve(self) -> None:
+        """Register the deployment (with its triggers) and run its runs until SIGINT/SIGTERM."""
+        deployment_id = self.deployment.apply()
+        warm = self.context.Process(target=time.sleep, args=(0,))  # starts the fork server
+        warm.start()
+        warm.join()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        print(f"dyngen: serving deployment {self.deployment.flow_name}/{self.deployment.name}"
+              f" ({deployment_id}), runs forked from a warm process", flush=True)
+        next_ready = 0.0
+        with get_client(sync_client=True) as client:
+            while not self.stopping.is_set():
+                try:
+                    if time.monotonic() >= next_ready:
+                        client.get_scheduled_flow_runs_for_deployments([deployment_id],
+                                                                       limit=1)
+                        next_ready = time.monotonic() + READY_SECONDS
+                    running = self._watch_children(client)
+                    self._start_due_runs(client, deployment_id,
+                                         None if self.limit is None else self.limit - running)
+                    self._report_server(up=True)
+                except _SERVER_ERRORS as exc:
+                    self._report_server(up=False, error=exc)
+                    self.stopping.wait(1.0)
+                self.stopping.wait(self.poll_seconds)
+            self._shut_down(client)
+
+    def _start_due_runs(self, client: SyncPrefectClient, deployment_id: UUID,
+                        room: int | None) -> None:
+        """Claim and start the deployment's due runs, at most `room` of them (None: all)."""
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
+                next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(
+                    before_=datetime.now(timezone.utc))),
+            sort=FlowRunSort.NEXT_SCHEDULED_START_TIME_ASC, limit=10)
+        for run in runs:
+            if run.id in self.children:
+                continue
+            if room is not None and room <= 0:
+                return
+            # Pending claims the run; a full concurrency limit (ENQUEUE) answers with a
+            # later Scheduled state instead, and the run comes back at that time.
+            try:
+                claimed = propose_state_sync(client, Pending(), flow_run_id=run.id)
+            except Abort:  # another process claimed it, or it was deleted
+                continue
+            if not claimed.is_pending():
+                continue
+            process = self.context.Process(target=execute_flow_run,
+                                           args=(*self.flow_ref, str(run.id)),
+                                           name=f"dyngen-run-{run.id}")
+            process.start()
+            self.children[run.id] = _Child(process, run.id,
+                                           time.monotonic() + self.max_round_seconds)
+            room = None if room is None else room - 1
+
+    def _watch_children(self, client: SyncPrefectClient) -> int:
+        """Stop children past their deadline or cancelled; end the runs of those gone.
+        Return how many runs of ours are not final yet (they hold deployment slots)."""
+        live = [c for c in self.children.values() if c.process.is_alive()]
+        states = {r.id: r.state for r in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[c.flow_run_id for c in live])))} if live else {}
+        cancelling = {i for i, state in states.items() if state and state.is_cancelling()}
+        for child in live:
+            if child.ending is None and child.flow_run_id in cancelling:
+                self._stop(child, Cancelled(
+                    message="cancelled; dyngen serve stopped the round's process"))
+            elif child.ending is None and time.monotonic() > child.deadline:
+                self._stop(child, Failed(name="TimedOut", message=(
+                    f"the round ran for over {self.max_round_seconds:.0f} s (dyngen serve "
+                    "--max-round-seconds); dyngen serve stopped its process")))
+            elif child.ending is not None and time.monotonic() > child.deadline:
+                child.process.kill()  # it ignored SIGTERM for KILL_GRACE_SECONDS
+        for child in [c for c in self.children.values() if not c.process.is_alive()]:
+            self._end_run(client, child)
+            del self.children[child.flow_run_id]
+        # A child lives on briefly after its run ends (Prefect's heartbeat thread, events).
+        return sum(1 for i, state in states.items()
+                   if i in self.children and not (state and state.is_final()))
+
+    def _stop(self, child: _Child, state: State) -> None:
+        """Stop a child with SIGTERM, which lets the round release its slot on the way out
+        (SIGKILL follows after KILL_GRACE_SECONDS); its run ends in `state`."""
+        child.ending = state
+        child.deadline = time.monotonic() + KILL_GRACE_SECONDS
+        logger.warning("flow run %s: %s", child.flow_run_id, state.message)
+        child.process.terminate()
+
+    def _end_run(self, client: SyncPrefectClient, child: _Child) -> None:
+        """Leave the run of a finished child in a final state, its round slot free."""
+        run = client.read_flow_run(child.flow_run_id)
+        final = run.state is not None and run.state.is_final()
+        if child.ending is not None:
+            # Stopped by us: the state we meant, not the Crashed its engine reported on
+            # SIGTERM (unless it finished by itself first).
+            if not final or run.state.is_crashed():
+                client.set_flow_run_state(run.id, child.ending, force=True)
+            release_round_slot(client, run)
+            return
+        if final:
+            return
+        state = Crashed(message=(f"the round's process exited with code "
+                                 f"{child.process.exitcode} before its flow run finished"))
+        if end_dead_round(client, run, state):
+            logger.warning("flow run %s (%s): %s", run.name, run.id, state.message)
+
+    def _shut_down(self, client: SyncPrefectClient) -> None:
+        """Give running rounds a moment to end, then kill them and end their runs."""
+        deadline = time.monotonic() + SHUTDOWN_GRACE_SECONDS
+        for child in self.children.values():
+            child.process.join(max(0.0, deadline - time.monotonic()))
+            if child.process.is_alive():
+                child.process.kill()
+                child.process.join(5)
+            try:
+                self._end_run(client, child)
+            except _SERVER_ERRORS as exc:
+                logger.warning("could not end flow run %s: %s", child.flow_run_id, exc)
+
+    def _report_server(self, up: bool, error: BaseException | None = None) -> None:
+        """One warning per outage, one line when the server answers again."""
+        if not up and not self._server_down:
+            logger.warning("the Prefect server is unreachable (%s); retrying", error)
+        elif up and self._server_down:
+            logger.warning("the Prefect server is reachable again")
+        self._server_down = not up
+
+
+def execute_flow_run(module: str, name: str, flow_run_id: str) -> None:
+    """In a forked child: run one flow run through Prefect's engine, as a worker would."""
+    from prefect.engine import handle_engine_signals
+    from prefect.events.worker import EventsWorker
+    from prefect.flow_engine import run_flow
+    from prefect.logging.handlers import APILogWorker
+
+    flow = getattr(importlib.import_module(module), name)
+    try:
+        with handle_engine_signals(UUID(flow_run_id)), get_client(sync_client=True) as client:
+            run = client.read_flow_run(UUID(flow_run_id))
+            run_flow(flow, flow_run=run, return_type="state")
+    finally:
+        # A forked child ends with os._exit, skipping Prefect's exit hooks: deliver the
+        # run's events (task runs, assets) and logs now.
+        EventsWorker.drain_all(timeout=30)
+        APILogWorker.drain_all(timeout=30)
