@@ -50,6 +50,8 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "partitions": 1,
             "task_runner": {"kind": "threads", "address": None, "init_kwargs": {},
                             "remote_options": {}},
+            "compaction": {"enabled": True, "max_small_shards": 50, "fan_in": 8,
+                           "target_shard_mb": 128.0},
         },
     }
 
