@@ -107,14 +107,22 @@ def run_command(*args: str) -> tuple[float, float, str]:
     return elapsed, usage.ru_maxrss / 1024, stdout
 
 
-def load_seconds(root: Path, name: str, repeat: int = 3) -> float:
-    """Median seconds of a head load in a fresh process (checksums verified)."""
-    times = []
-    for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", _LOAD, str(root), name], cwd=REPO,
-                             env=_ENV, capture_output=True, text=True, check=True)
-        times.append(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
-    return statistics.median(times)
+def load_seconds(root: Path) -> float:
+    """Seconds of a head load in a fresh process (checksums verified)."""
+    out = subprocess.run([sys.executable, "-c", _LOAD, str(root), NAME], cwd=REPO,
+                         env=_ENV, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def head_and_one_shard_loads(root: Path, repeat: int = 5) -> tuple[float, float]:
+    """Median head load, and median load of the same rows as one shard, interleaved."""
+    one_shard = Path(tempfile.mkdtemp(prefix="dyngen-one-shard-"))
+    try:
+        Store(one_shard).create(NAME, Store(root).load(NAME))  # the same rows, one shard
+        pairs = [(load_seconds(root), load_seconds(one_shard)) for _ in range(repeat)]
+    finally:
+        shutil.rmtree(one_shard)
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
 def lookup_ms(root: Path, keys: list[str]) -> list[float]:
@@ -146,12 +154,7 @@ def measure(root: Path, versions: int) -> dict[str, float]:
     store = Store(root)
     head = store.state(NAME)
     base = root / NAME
-    one_shard = Path(tempfile.mkdtemp(prefix="dyngen-one-shard-"))
-    try:
-        Store(one_shard).create(NAME, store.load(NAME))  # the same rows, as one shard
-        baseline = load_seconds(one_shard, NAME)
-    finally:
-        shutil.rmtree(one_shard)
+    head_load, one_shard_load = head_and_one_shard_loads(root)
     start_s, _, _ = run_command("-c", "import dyngen.cli")  # Python start + imports alone
     log_s, _, _ = run_command("-m", "dyngen.cli", "--root", str(root), "log", NAME,
                               "--limit", "20")
@@ -165,8 +168,8 @@ def measure(root: Path, versions: int) -> dict[str, float]:
         "versions_bytes": folder_bytes(base / "_versions") / versions,
         "log_bytes": sum(folder_bytes(base / d) for d in ("_versions", "_checkpoints", "_keys"))
         / versions,
-        "head_load_s": load_seconds(root, NAME),
-        "one_shard_load_s": baseline,
+        "head_load_s": head_load,
+        "one_shard_load_s": one_shard_load,
         # Keys spread over the log: a hit replays 0..K-1 records after its checkpoint.
         "lookup_hit_ms": statistics.median(hits := lookup_ms(
             root, [f"event:{1 + i * (versions - 2) // 19}" for i in range(20)])),
@@ -215,7 +218,7 @@ def main() -> None:
             paired.append((one_round(root, n - 1 + v, args.rows, policy),
                            one_round(fresh, v, args.rows, policy)))
         head = Store(root).state(NAME)
-        rounds = n - 1
+        rounds = n - 1 + len(paired)
         compactions = head.version - rounds
         first = statistics.median(appends[:100]) * 1000
         last = statistics.median(appends[-100:]) * 1000
