@@ -47,6 +47,20 @@ from dyngen.store.keys import prompt_keys  # noqa: E402
 NAME = "run"
 _ENV = {"PYTHONPATH": str(REPO), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HF_DATASETS_OFFLINE": "1"}
+_TIMED = r"""
+import json, os, subprocess, sys, tempfile, time
+report, out = sys.argv[1], sys.argv[2]
+with open(out, "w") as fh, tempfile.TemporaryFile() as err:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(sys.argv[3:], stdout=fh, stderr=err)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    err.seek(0)
+    stderr = err.read().decode(errors="replace")
+with open(report, "w") as fh:
+    json.dump({"seconds": seconds, "maxrss_kb": usage.ru_maxrss, "stderr": stderr,
+               "returncode": os.waitstatus_to_exitcode(status)}, fh)
+"""
 _LOAD = r"""
 import json, sys, time
 import datasets  # imported before timing: a trainer or round has it loaded already
@@ -91,20 +105,21 @@ def folder_bytes(folder: Path) -> int:
 
 
 def run_command(*args: str) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS (MB) and stdout of a command in a fresh process."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=_ENV, stdout=out,
-                                stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
-        elapsed = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode()
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"{args} failed: {stderr[-2000:]}")
-    return elapsed, usage.ru_maxrss / 1024, stdout
+    """Wall seconds, peak RSS (MB) and stdout of `python *args` in a fresh process.
+
+    A child's peak RSS on Linux includes the memory image it was forked from, so the
+    command is started by a small Python process (_TIMED) that measures it, not by this
+    one, which holds a whole store's caches by now.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        report, out = Path(tmp) / "report.json", Path(tmp) / "out.txt"
+        subprocess.run([sys.executable, "-c", _TIMED, str(report), str(out), sys.executable,
+                        *args], cwd=REPO, env=_ENV, check=True)
+        found = json.loads(report.read_text())
+        stdout = out.read_text()
+    if found["returncode"] not in (0, 1):
+        raise RuntimeError(f"{args} failed: {found['stderr'][-2000:]}")
+    return found["seconds"], found["maxrss_kb"] / 1024, stdout
 
 
 def load_seconds(root: Path) -> float:
