@@ -77,6 +77,7 @@ def test_rounds_racing_compactions_and_a_vacuum_lose_and_double_nothing(tmp_path
     for v in range(1, 21):  # an older history of small shards for the vacuum to delete
         store.append("ds", verl_rows(1, start=100 + v))
     time.sleep(GRACE + 0.5)  # ... no longer the head within the grace period
+    history = [store.dataset_dir("ds") / f for f in Store(root).state("ds").files]
     maintainers = [spawn(_MAINTAINER, str(root), job, str(stop), str(GRACE))
                    for job in ("compact", "vacuum")]
     try:
@@ -85,8 +86,10 @@ def test_rounds_racing_compactions_and_a_vacuum_lose_and_double_nothing(tmp_path
         for proc in writers:
             _, err = proc.communicate(timeout=600)
             assert proc.returncode == 0, err[-3000:]
-        deadline = time.monotonic() + 4 * GRACE  # let the vacuum see an expired history
-        while time.monotonic() < deadline and store.state("ds").expired_before < 21:
+        # Let the vacuum outlast the grace period of the race's first commits, so the
+        # old history's files become deletable, however fast the race went.
+        deadline = time.monotonic() + 6 * GRACE
+        while time.monotonic() < deadline and all(f.exists() for f in history):
             time.sleep(0.2)
     finally:
         stop.touch()
