@@ -3,7 +3,7 @@
 Four processes run ten rounds each through the store API as a round calls it (key
 lookup, head load, dedup against the head, prepare + commit with the trigger's key, then
 the round's compaction), with no round guard, so every commit races. Meanwhile one
-process compacts in a loop and another vacuums (keep 3 versions, a 5 s grace period).
+process compacts in a loop and another vacuums (keep 3 versions, an 8 s grace period).
 Afterwards: every row exactly once, versions contiguous, each key committed once, and
 every kept version still loads and verifies (no kept version lost a shard).
 """
@@ -21,7 +21,7 @@ from dyngen.store import Store, verify
 from tests.reliability.helpers import REPO
 from tests.rows import verl_rows
 
-PROCESSES, ROUNDS, GRACE = 4, 10, 5.0
+PROCESSES, ROUNDS, GRACE = 4, 10, 8.0
 _WRITER = """
 import sys
 from dyngen.store import CompactionPolicy, Store
