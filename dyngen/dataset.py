@@ -99,10 +99,7 @@ class DyngenDataset:
         order; a restore, for one, yields a version that is not `version` plus new rows.
         """
         old = self.store.record(self.name, version)
-        log = self.store.log(self.name)
-        if version > self._record.version or any(
-                log.entry(v).operation == "restore"
-                for v in range(version + 1, self._record.version + 1)):
+        if not self.store.extends(self.name, version, self._record.version):
             return None
         if old.rows >= len(self._data):
             return self._data.select(range(0))  # datasets rejects range(n, n)

@@ -157,6 +157,17 @@ class StoreReader:
         self.record(name, version)  # a version that does not exist is refused by name
         return self.log(name).state(version)
 
+    def extends(self, name: str, old: int, new: int) -> bool:
+        """Whether version `new` holds version `old`'s rows first, in order, then others.
+
+        Appends add rows at the end; compaction and retention keep rows and their order;
+        a restore sets other rows. Reads the records between the two.
+        """
+        if new < old:
+            return False
+        log = self.log(name)
+        return all(log.entry(v).operation != "restore" for v in range(old + 1, new + 1))
+
     def newest_by_generator(self, name: str, generator_class: str,
                             at: int | None = None) -> VersionRecord | None:
         """The newest version up to `at` (default head) that `generator_class` made."""

@@ -168,3 +168,14 @@ def test_shards_of_narrower_schemas_are_merged_in_the_head_schema(tmp_path: Path
     assert after.to_list() == before
     assert [e["seed_index"] for e in after["extra_info"]] == [None, None, 3, None]
     assert verify(store, "ds") == []
+
+
+def test_a_compacted_version_extends_its_parents_a_restored_one_does_not(
+        tmp_path: Path) -> None:
+    store = grown(tmp_path, rounds=3)
+    (compacted,) = store.compact("ds", full=True)
+    store.append("ds", verl_rows(1, start=50))
+    assert store.extends("ds", 1, compacted.version + 1)
+    restored = store.restore("ds", 2)
+    assert not store.extends("ds", 1, restored.version)
+    assert not store.extends("ds", 3, 1)
