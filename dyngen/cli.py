@@ -11,60 +11,42 @@ import json
 import os
 import sys
 import traceback
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from omegaconf import DictConfig
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from dyngen import cli_maintenance, cli_rounds
+from dyngen.cli_support import (
+    ROOT_ENV,
+    JsonOpt,
+    Name,
+    State,
+    VersionOpt,
+    add_row,
+    get_state,
+    history_table,
+    log_tables,
+    make_console,
+    make_table,
+    short,
+)
 from dyngen.cli_trainers import emit_command, follow_command
 from dyngen.errors import DatasetNotFoundError, DyngenError
 from dyngen.progress import progress_bar
-from dyngen.store import Store, VersionRecord, gc, verify
+from dyngen.store import gc, verify
 from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
 from dyngen.text import clip, parse_json, prompt_text
-from dyngen.verl_format import export_version, import_files
+
+__all__ = ["app", "history_table", "main"]
 
 EXIT_PROBLEMS = 1
 EXIT_USER_ERROR = 2
 EXIT_UNEXPECTED = 3
-ROOT_ENV = "DYNGEN_STORE_ROOT"
 # Exceptions typer uses for its own control flow (usage errors, --help, Exit(n)).
 _TYPER_FLOW = (typer.Exit, typer.Abort, typer.TyperException)
-
-
-@dataclass
-class State:
-    """What the global options resolve to, shared by every command."""
-
-    root: Path | None
-    config_path: Path | None
-    debug: bool
-    # Consoles are made per invocation so they see the streams and COLUMNS of that run.
-    out: Console = field(default_factory=lambda: _console())
-    _config: DictConfig | None = None
-    _store: Store | None = None
-
-    def config(self) -> DictConfig:
-        """The OmegaConf config (defaults plus --config), loaded once on first use."""
-        if self._config is None:
-            from dyngen.config import load_config
-
-            self._config = load_config(self.config_path)
-        return self._config
-
-    def store(self) -> Store:
-        """The store at --root, else $DYNGEN_STORE_ROOT, else the config's store.root."""
-        if self._store is None:
-            root = self.root if self.root is not None else Path(self.config().store.root)
-            self._store = Store(root)
-        return self._store
 
 
 class _Group(TyperGroup):
@@ -113,15 +95,8 @@ def _root_hint(ctx: Any, exc: BaseException) -> str | None:
     return None
 
 
-def _console(stderr: bool = False) -> Console:
-    # Rich wraps to 80 columns when not on a terminal; piped tables stay readable wider.
-    stream = sys.stderr if stderr else sys.stdout
-    piped = not stream.isatty() and "COLUMNS" not in os.environ
-    return Console(stderr=stderr, highlight=False, width=160 if piped else None)
-
-
 def _fail(ctx: Any, message: str, code: int, hint: str | None = None) -> None:
-    err = _console(stderr=True)
+    err = make_console(stderr=True)
     err.soft_wrap = True
     if ctx.params.get("debug"):
         err.print(traceback.format_exc(), markup=False, end="")
@@ -137,11 +112,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-Name = Annotated[str, typer.Argument(help="Dataset name.")]
-VersionOpt = Annotated[int | None, typer.Option("--version", "-v",
-                                                 help="Version number (default: head).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON lines for scripts.")]
-
 
 @app.callback()
 def _global(
@@ -156,10 +126,6 @@ def _global(
     ctx.obj = State(root=root, config_path=config, debug=debug)
 
 
-def _state(ctx: typer.Context) -> State:
-    return ctx.find_object(State)  # type: ignore[return-value]
-
-
 # ---- commands ------------------------------------------------------------------------
 @app.command("import")
 def import_(
@@ -168,7 +134,9 @@ def import_(
     prompt_key: Annotated[str, typer.Option(help="Column holding the chat prompt.")] = "prompt",
 ) -> None:
     """Create a dataset at version 0 from verl-format files."""
-    state = _state(ctx)
+    from dyngen.verl_format import import_files
+
+    state = get_state(ctx)
     with progress_bar() as bar:
         rec = import_files(state.store(), name, files, prompt_key=prompt_key, progress=bar)
     state.out.print(f"imported {rec.rows} rows from {len(files)} file(s) into {name!r} "
@@ -176,33 +144,22 @@ def import_(
 
 
 @app.command("log")
-def log(ctx: typer.Context, name: Name, as_json: JsonOpt = False) -> None:
-    """Show the version history with each round's lineage."""
-    state = _state(ctx)
-    history = state.store().history(name)
+def log(
+    ctx: typer.Context, name: Name,
+    limit: Annotated[int, typer.Option(min=1, help="How many of the newest versions.")] = 20,
+    all_: Annotated[bool, typer.Option("--all", help="Every version (streamed).")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="One record per line as stored, oldest of the shown first.")] = False,
+) -> None:
+    """Show the newest versions first, with each round's lineage."""
+    state = get_state(ctx)
+    store = state.store()
     if as_json:
-        for rec in history:
-            typer.echo(json.dumps(asdict(rec), ensure_ascii=False))
+        for entry in store.entries(name, limit=None if all_ else limit, oldest_first=True):
+            typer.echo(json.dumps(entry.to_dict(), ensure_ascii=False))
         return
-    state.out.print(history_table(state.store(), name, history))
-
-
-def history_table(store: Store, name: str, history: list[VersionRecord] | None = None) -> Table:
-    """The history of a dataset as a rich table with lineage columns."""
-    history = store.history(name) if history is None else history
-    rows_of = {r.version: r.rows for r in history}
-    table = Table(title=f"{name} ({len(history)} versions)")
-    for col in ("version", "parent", "operation", "rows", "created", "generator", "trigger",
-                "counts", "run"):
-        table.add_column(col, justify="right" if col in ("version", "parent", "rows") else "left")
-    for rec in history:
-        delta = "" if rec.parent not in rows_of else f" ({rec.rows - rows_of[rec.parent]:+d})"
-        _add_row(
-            table, str(rec.version), "-" if rec.parent is None else str(rec.parent),
-            _operation(rec), f"{rec.rows}{delta}", rec.created_at[:19].replace("T", " "),
-            *_lineage_cells(rec.lineage),
-        )
-    return table
+    for table in log_tables(store, name, None if all_ else limit):
+        state.out.print(table)
 
 
 @app.command("show")
@@ -215,7 +172,7 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show rows of a version with their provenance (version added, round, generator)."""
-    state = _state(ctx)
+    state = get_state(ctx)
     store = state.store()
     rec = store.head(name) if version is None else store.record(name, version)
     ds = store.load_rejected(name, rec.version) if rejected else store.load(name, rec.version)
@@ -236,16 +193,16 @@ def show(
         return
     prompt_key = str(state.config().data.prompt_key)
     if rejected:
-        table = _table(title, "#", "reason", "detail", "prompt")
+        table = make_table(title, "#", "reason", "detail", "prompt")
         for i, row in enumerate(rows, offset):
             original = row["row"] if isinstance(row["row"], dict) else {}
-            _add_row(table, str(i), row.get("reason") or "", clip(row.get("detail") or "", 60),
+            add_row(table, str(i), row.get("reason") or "", clip(row.get("detail") or "", 60),
                           prompt_text(original.get(prompt_key, original.get("prompt"))))
     else:
-        table = _table(title, "#", "added in", "round", "generator", "source", "prompt")
+        table = make_table(title, "#", "added in", "round", "generator", "source", "prompt")
         for i, row in enumerate(rows, offset):
-            _add_row(table, str(i), f"v{row.get(VERSION_COLUMN)}",
-                          _short(row.get(ROUND_COLUMN)), row.get(GENERATOR_COLUMN) or "-",
+            add_row(table, str(i), f"v{row.get(VERSION_COLUMN)}",
+                          short(row.get(ROUND_COLUMN)), row.get(GENERATOR_COLUMN) or "-",
                           str(row.get("data_source", "")),
                           prompt_text(row.get(prompt_key, row.get("prompt"))))
     state.out.print(table)
@@ -260,7 +217,9 @@ def export(
         "--with-provenance", help="Keep the _dyngen_* provenance columns.")] = False,
 ) -> None:
     """Write a version as one parquet file that verl's data.train_files reads."""
-    state = _state(ctx)
+    from dyngen.verl_format import export_version
+
+    state = get_state(ctx)
     store = state.store()
     rec = store.head(name) if version is None else store.record(name, version)
     with progress_bar() as bar:
@@ -277,7 +236,7 @@ def verify_(
     all_: Annotated[bool, typer.Option("--all", help="Verify every dataset.")] = False,
 ) -> None:
     """Check every version record and shard; exit 1 if anything is damaged."""
-    state = _state(ctx)
+    state = get_state(ctx)
     store = state.store()
     if (name is None) == (not all_):
         raise typer.BadParameter("give a dataset name or --all, not both and not neither")
@@ -316,7 +275,7 @@ def report(
     """Write the dataset's history as one self-contained HTML page of charts."""
     from dyngen.report import write_report
 
-    state = _state(ctx)
+    state = get_state(ctx)
     with progress_bar() as bar:
         path = write_report(state.store(), name, out, newest=newest, progress=bar)
     state.out.print(f"wrote the report of {name!r} to {path.resolve()}", markup=False)
@@ -328,7 +287,7 @@ def restore(
     version: Annotated[int, typer.Argument(help="The version whose rows to restore.")],
 ) -> None:
     """Commit a new version whose rows are exactly those of an earlier one."""
-    state = _state(ctx)
+    state = get_state(ctx)
     rec = state.store().restore(name, version)
     state.out.print(f"restored {name!r} version {version} as version {rec.version} "
                     f"({rec.rows} rows)", markup=False)
@@ -343,7 +302,7 @@ def gc_(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List, do not delete.")] = False,
 ) -> None:
     """Remove shards and temp files that no version names."""
-    state = _state(ctx)
+    state = get_state(ctx)
     removed = gc(state.store(), name, grace_seconds=grace_seconds, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for rel in removed:
@@ -351,115 +310,16 @@ def gc_(
     state.out.print(f"{verb} {len(removed)} file(s)" if removed else "nothing to remove")
 
 
-@app.command("round")
-def round_(
-    ctx: typer.Context, name: Name,
-    overrides: Annotated[list[str] | None, typer.Argument(
-        help="Config overrides as verl users type them, e.g. data.max_prompt_length=512.")] = None,
-    config: Annotated[Path | None, typer.Option(
-        "--config", help="OmegaConf YAML config file (overrides the global --config).")] = None,
-    step: Annotated[int | None, typer.Option(help="Training step that triggers the round.")] = None,
-    event_id: Annotated[str | None, typer.Option(
-        help="Trigger id; a round with an id already committed commits nothing.")] = None,
-    rollouts: Annotated[Path | None, typer.Option(
-        help="The batch's rollouts file (JSONL of prompt and score) for the generator; its "
-             "folder is allowed for this run.")] = None,
-) -> None:
-    """Run one generation round now, as a Prefect flow run, and print what it committed."""
-    from omegaconf import OmegaConf
-
-    from dyngen.config import load_config
-    from dyngen.local_server import ensure_prefect_api
-    from flows.in_process import run_round
-
-    state = _state(ctx)
-    cfg = load_config(config or state.config_path, overrides or [])
-    if state.root is not None:
-        cfg.store.root = str(state.root)
-    ensure_prefect_api()  # a temporary server, if any, starts now, patiently and announced
-    if rollouts is not None:
-        # The user at this shell names the file, not an event: its folder is allowed for
-        # this one run (the size bound still holds).
-        rollouts = rollouts.resolve()
-        cfg.round.rollouts_dirs = [*cfg.round.rollouts_dirs, str(rollouts.parent)]
-    given = {"step": step, "event_id": event_id,
-             "rollouts": str(rollouts) if rollouts else None}
-    trigger = {k: v for k, v in given.items() if v is not None}
-    result = run_round(name, config=OmegaConf.to_container(cfg, resolve=True),
-                       trigger=trigger or None)
-    counts = result["counts"]
-    if result["created"]:
-        state.out.print(f"committed {name!r} version {result['version']} (parent "
-                        f"{result['parent']}): {result['rows']} rows, kept {counts.get('kept')} "
-                        f"of {counts.get('generated')}, rejected {counts.get('rejected') or {}}",
-                        markup=False)
-    else:
-        state.out.print(f"already committed as version {result['version']}; nothing new",
-                        markup=False)
-
-
-@app.command("serve")
-def serve_(
-    ctx: typer.Context,
-    dataset: Annotated[str | None, typer.Option(
-        help="Only rounds of this dataset (default: every dataset's batch-end events).")] = None,
-    overrides: Annotated[list[str] | None, typer.Argument(
-        help="Config overrides passed to every round, e.g. data.max_prompt_length=512.")] = None,
-    every_n_batches: Annotated[int, typer.Option(
-        min=1, help="Run a round every N batch-end events.")] = 1,
-    isolation: Annotated[str, typer.Option(
-        help="fork: each round in a process forked from a warm one (imports nothing); "
-             "process: Prefect's runner, a fresh interpreter per round (imports everything "
-             "again, so it picks up changed code).")] = "fork",
-    poll_seconds: Annotated[float, typer.Option(
-        min=0.01, help="How often to look for rounds to start.")] = 0.2,
-    max_round_seconds: Annotated[float | None, typer.Option(
-        min=1, help="fork: kill a round running longer, its run TimedOut (default: "
-                    "(round.retries + 1) x round.timeout_seconds + 300).")] = None,
-) -> None:
-    """Serve the generation round with its batch-end event trigger until interrupted."""
-    from omegaconf import OmegaConf
-
-    from dyngen.config import load_config
-    from dyngen.rollouts import absolute_dirs
-    from flows.serve import serve_rounds
-
-    state = _state(ctx)
-    cfg = load_config(state.config_path, overrides or [])
-    if state.root is not None:
-        cfg.store.root = str(state.root)
-    cfg.store.root = str(Path(cfg.store.root).resolve())  # runs start in other folders
-    cfg.round.rollouts_dirs = absolute_dirs(cfg.round.rollouts_dirs)
-    serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches,
-                 isolation=isolation, poll_seconds=poll_seconds,
-                 max_round_seconds=max_round_seconds)
-
-
-@app.command("demo")
-def demo(
-    ctx: typer.Context,
-    workdir: Annotated[Path, typer.Option(help="Folder for the demo's server, store and logs.")]
-    = Path(".dyngen/demo"),
-    batches: Annotated[int, typer.Option(min=1, help="Simulated training batches.")] = 3,
-    keep_server: Annotated[bool, typer.Option(
-        "--keep-server", help="Leave the Prefect server and the serve process running.")] = False,
-) -> None:
-    """Start a local Prefect server, serve the round, train, and watch rounds commit."""
-    from dyngen.demo import run_demo
-
-    run_demo(workdir, _state(ctx).out, batches=batches, keep_server=keep_server)
-
-
 @app.command("datasets")
 def datasets_(ctx: typer.Context) -> None:
     """List the datasets under the store root with their head version and rows."""
-    state = _state(ctx)
+    state = get_state(ctx)
     store = state.store()
     names = store.list_datasets()
     if not names:
         state.out.print(f"no datasets under {store.root}", markup=False)
         return
-    table = _table(f"datasets in {store.root}", "name", "head", "rows", "created")
+    table = make_table(f"datasets in {store.root}", "name", "head", "rows", "created")
     for dataset in names:
         try:
             head = store.head(dataset)
@@ -467,64 +327,16 @@ def datasets_(ctx: typer.Context) -> None:
             table.add_row(Text(dataset), Text("damaged", style="red"), "",
                           Text(clip(str(exc), 60)))
             continue
-        _add_row(table, dataset, f"v{head.version}", str(head.rows),
+        add_row(table, dataset, f"v{head.version}", str(head.rows),
                  head.created_at[:19].replace("T", " "))
     state.out.print(table)
 
 
+cli_maintenance.register(app)
+cli_rounds.register(app)
 # The trainer-facing commands live in their own module; registered here, on this app.
 app.command("emit")(emit_command)
 app.command("follow")(follow_command)
-
-
-# ---- formatting ----------------------------------------------------------------------
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=escape(title))
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    return table
-
-
-def _add_row(table: Table, *cells: str) -> None:
-    """Add cells as plain text: user data is never parsed as rich markup."""
-    table.add_row(*(Text(cell) for cell in cells))
-
-
-def _operation(rec: VersionRecord) -> str:
-    restored = rec.lineage.get("restored_from")
-    if rec.operation == "restore" and restored is not None:
-        return f"restore v{restored}"
-    imported = rec.lineage.get("imported_from")
-    if isinstance(imported, list) and imported:
-        return f"import ({len(imported)} file{'s' if len(imported) > 1 else ''})"
-    return rec.operation
-
-
-def _lineage_cells(lineage: dict[str, Any]) -> tuple[str, str, str, str]:
-    """Generator, trigger, counts and run id, compact; lineage is free-form, so be lenient."""
-    generator = _dict(lineage.get("generator")).get("class") or ""
-    trigger = _dict(lineage.get("trigger"))
-    parts = [f"step {trigger['step']}"] if trigger.get("step") is not None else []
-    if trigger.get("event_id"):
-        parts.append(_short(trigger["event_id"]))
-    counts = _dict(lineage.get("counts"))
-    count_text = ""
-    if counts:
-        count_text = f"kept {counts.get('kept', '?')}/{counts.get('generated', '?')}"
-        reasons = _dict(counts.get("rejected"))
-        if reasons:
-            count_text += " · " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
-    run = lineage.get("flow_run_id")
-    return (str(generator).rsplit(".", 1)[-1], " · ".join(parts), count_text,
-            _short(run) if run else "")
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _short(value: Any, n: int = 8) -> str:
-    return "-" if value is None else str(value)[:n]
 
 
 def main() -> None:

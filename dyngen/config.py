@@ -34,6 +34,7 @@ from omegaconf.errors import (
 from dyngen.errors import ConfigError
 
 __all__ = [
+    "CompactionConfig",
     "DataConfig",
     "DatagenConfig",
     "DyngenConfig",
@@ -90,8 +91,22 @@ class TaskRunnerConfig:
 
 
 @dataclass
+class CompactionConfig:
+    """After a round commits, compact the head's small shards (see dyngen.store.compaction).
+
+    Runs after the round's commit and never fails a committed round.
+    """
+
+    enabled: bool = True
+    max_small_shards: int = 50  # compact when the head has more shards below the target
+    fan_in: int = 8  # adjacent shards of one size tier merged into one
+    target_shard_mb: float = 128.0  # shards this large are never rewritten
+
+
+@dataclass
 class RoundConfig:
-    """How a generation round runs: retries, timeout, dedup, user filters and partitions."""
+    """How a generation round runs: retries, timeout, dedup, user filters, partitions and
+    compaction."""
 
     retries: int = 2
     retry_delay_seconds: float = 2.0
@@ -106,6 +121,7 @@ class RoundConfig:
     # round reads it with the worker's rights), and the largest file it reads.
     rollouts_dirs: list[str] = field(default_factory=lambda: ["${store.root}/rollouts"])
     max_rollouts_bytes: int = 64 * 1024 * 1024
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
 
 @dataclass
@@ -414,6 +430,11 @@ _RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         "a positive integer (bytes)",
         "round.max_rollouts_bytes=67108864",
     ),
+    ("round.compaction.max_small_shards", lambda v: v >= 0, "an integer >= 0",
+     "round.compaction.max_small_shards=50"),
+    ("round.compaction.fan_in", lambda v: v >= 2, "an integer >= 2", "round.compaction.fan_in=8"),
+    ("round.compaction.target_shard_mb", lambda v: v > 0, "a number > 0 (MiB)",
+     "round.compaction.target_shard_mb=128"),
 )
 
 

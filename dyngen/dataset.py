@@ -79,7 +79,11 @@ class DyngenDataset:
         return self._data[index]
 
     def refresh(self) -> bool:
-        """Map the newest committed version if it is newer; tell whether the rows changed."""
+        """Map the newest committed version if it is newer; tell whether one was mapped.
+
+        Shards this process opened before are not opened again: the cost is the new
+        shards (a round's, or a compaction's), not the whole dataset.
+        """
         head = self.store.head_version(self.name)
         if head is None or head == self._record.version:
             return False
@@ -91,10 +95,11 @@ class DyngenDataset:
     def rows_added_since(self, version: int) -> datasets.Dataset | None:
         """Rows the served version appends to `version`, or None if it does not extend it.
 
-        A restore, for one, yields a version that is not `version` plus new rows.
+        Appends add rows at the end, and compaction and retention keep rows and their
+        order; a restore, for one, yields a version that is not `version` plus new rows.
         """
         old = self.store.record(self.name, version)
-        if self._record.shards[: len(old.shards)] != old.shards:
+        if not self.store.extends(self.name, version, self._record.version):
             return None
         if old.rows >= len(self._data):
             return self._data.select(range(0))  # datasets rejects range(n, n)

@@ -37,6 +37,14 @@ class VersionNotFoundError(StoreError, LookupError):
     """The requested version number is not in the dataset's log."""
 
 
+class VersionVacuumedError(VersionNotFoundError):
+    """The version's record remains, but retention (`dyngen vacuum`) removed its data."""
+
+
+class CompactionConflictError(StoreError):
+    """The shards a compaction rewrote were changed by another commit meanwhile."""
+
+
 class CommitConflictError(StoreError):
     """Another writer committed on the parent this commit expected."""
 

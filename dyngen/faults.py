@@ -28,6 +28,19 @@ CRASH_POINTS = (
     "round.after_lineage",
 )
 
+# Points a round does not pass on its way to one version: the log's own later steps and
+# store maintenance (tests/reliability/test_store_crashes.py kills at each, through the
+# Store calls that reach them).
+STORE_CRASH_POINTS = (
+    "store.after_key_marker",  # the parent's idempotency marker written, before the link
+    "store.checkpoint_before_link",  # a checkpoint's temp file written
+    "store.checkpoint_after_link",  # the checkpoint named, its hint not yet updated
+    "compact.after_shard_write",  # merged shards written, not committed
+    "compact.after_commit",  # the compact version committed
+    "vacuum.after_record",  # the vacuum version committed, nothing deleted yet
+    "store.after_first_delete",  # vacuum (or gc) deleted its first file
+)
+
 
 def crash_point(name: str) -> None:
     """SIGKILL this process if `DYNGEN_CRASH_AT` equals `name`; otherwise do nothing."""

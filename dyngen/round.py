@@ -35,7 +35,7 @@ from dyngen.filters import (
 from dyngen.plugins import load_class
 from dyngen.rollouts import Rollout, RolloutsPolicy
 from dyngen.schema_filter import SchemaFilter
-from dyngen.store import PendingCommit, Store, VersionRecord
+from dyngen.store import CompactionPolicy, PendingCommit, Store, VersionRecord
 from dyngen.store.names import validate_name
 from dyngen.store.shards import schema_from_json, to_table, widen
 
@@ -218,17 +218,19 @@ def previous_generator_state(store: Store, name: str, generator_class: str, befo
 
     A round fanned out over as many partitions as this one recorded one state per
     partition; each partition gets its own back. Otherwise every partition gets `state`.
+    Each version's state knows the newest version of every generator class, so this reads
+    one record however long ago that generator last ran.
     """
-    for version in range(before, -1, -1):
-        gen = store.record(name, version).lineage.get("generator") or {}
-        if gen.get("class") == generator_class:
-            states = gen.get("partition_states")
-            if isinstance(states, list) and len(states) == partitions > 1:
-                state = states[partition]
-            else:
-                state = gen.get("state")
-            return dict(state) if isinstance(state, Mapping) else None
-    return None
+    record = store.newest_by_generator(name, generator_class, at=before)
+    if record is None:
+        return None
+    gen = record.lineage.get("generator") or {}
+    states = gen.get("partition_states")
+    if isinstance(states, list) and len(states) == partitions > 1:
+        state = states[partition]
+    else:
+        state = gen.get("state")
+    return dict(state) if isinstance(state, Mapping) else None
 
 
 def rows_from_output(result: Any, generator: str) -> RowBatch:
@@ -327,6 +329,14 @@ def write_round(store: Store, context: RoundContext, outcome: FilterOutcome,
         idempotency_key=context.trigger.idempotency_key(context.dataset),
         lineage=lineage, round_id=f"round-{context.round}", generator=generator,
     )
+
+
+def compaction_policy(cfg: DictConfig) -> CompactionPolicy:
+    """The compaction policy `round.compaction` sets (applied when it is enabled)."""
+    settings = cfg.round.compaction
+    return CompactionPolicy(max_small_shards=int(settings.max_small_shards),
+                            fan_in=int(settings.fan_in),
+                            target_bytes=max(1, int(float(settings.target_shard_mb) * 2**20)))
 
 
 def commit_round(store: Store, pending: PendingCommit) -> VersionRecord:

@@ -1,7 +1,9 @@
 """The generation round: load → generate → filter → concat → version, one flow run each.
 
 A round commits exactly one new dataset version, or nothing. A trigger (the batch-end
-event) carries an idempotency key, so a retried or re-delivered round lands once.
+event) carries an idempotency key, so a retried or re-delivered round lands once. After
+its version is committed and published, the round compacts the head's small shards if
+the store's policy asks (`round.compaction`); that never fails a committed round.
 """
 
 from __future__ import annotations
@@ -17,18 +19,19 @@ from prefect.runtime import flow_run
 from dyngen.config import load_config
 from dyngen.faults import crash_point
 from dyngen.rollouts import RolloutsPolicy
-from dyngen.round import RoundContext, Trigger
+from dyngen.round import RoundContext, Trigger, compaction_policy
 from dyngen.store import Store
 from dyngen.store.names import validate_name
 from flows.round_guard import name_run, round_guard
+from tasks.compact import compact_head
 from tasks.concat import concat_rows
 from tasks.filter import filter_generated
 from tasks.load import load_dataset
 from tasks.partitions import generate_all
 from tasks.version import commit_version, lineage_published, publish_lineage
 
-# The history artifact shows the newest versions (`dyngen log` shows all): each round
-# reads their records, and every record lists all shards of its version.
+# The history artifact shows the newest versions (`dyngen log --all` shows all): a round
+# reads only their records.
 HISTORY_ROWS = 100
 
 
@@ -105,7 +108,19 @@ def generation_round(
                 record.version, len(outcome.kept), len(rows), outcome.rejected_by_reason)
     _publish(record, store, logger)
     crash_point("round.after_lineage")
-    return summary(record, created=True)
+    return summary(record, created=True, compacted=_compact(cfg, dataset, logger))
+
+
+def _compact(cfg: Any, dataset: str, logger: Any) -> list[int]:
+    """Compact after the commit, outside the round's slot; a failure is only a warning."""
+    if not cfg.round.compaction.enabled:
+        return []
+    try:
+        return compact_head(cfg.store.root, dataset, compaction_policy(cfg))
+    except Exception as exc:  # the round's version is committed; compaction can wait
+        logger.warning("compacting %s after the round failed (the round's version is "
+                       "committed): %s", dataset, exc)
+        return []
 
 
 def _publish(record: Any, store: Store, logger: Any, unless_published: bool = False) -> None:
@@ -118,11 +133,11 @@ def _publish(record: Any, store: Store, logger: Any, unless_published: bool = Fa
                        "failed: %s", record.version, exc)
 
 
-def summary(record: Any, created: bool) -> dict[str, Any]:
+def summary(record: Any, created: bool, compacted: list[int] | None = None) -> dict[str, Any]:
     """What the round did, as plain data (the flow run's result)."""
     return {"dataset": record.dataset, "version": record.version, "parent": record.parent,
             "rows": record.rows, "created": created,
-            "counts": record.lineage.get("counts", {})}
+            "counts": record.lineage.get("counts", {}), "compacted": compacted or []}
 
 
 @contextmanager

@@ -52,6 +52,8 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
                             "remote_options": {}},
             "rollouts_dirs": ["dyngen_store/rollouts"],
             "max_rollouts_bytes": 64 * 1024 * 1024,
+            "compaction": {"enabled": True, "max_small_shards": 50, "fan_in": 8,
+                           "target_shard_mb": 128.0},
         },
     }
 

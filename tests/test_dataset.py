@@ -143,3 +143,43 @@ def test_on_batch_end_maps_versions_committed_meanwhile(
     store.append("ds", verl_rows(1, start=100))  # a round a server ran for an earlier batch
     assert ds.on_batch_end() is None  # no round asked for at batch 1 of every 100 ...
     assert (len(ds), ds.version) == (5, 1)  # ... but the committed version is served
+
+
+def test_refresh_opens_only_shards_it_has_not_opened(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from datasets.table import MemoryMappedTable
+
+    opened: list[str] = []
+    real = MemoryMappedTable.from_file.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, filename, *args, **kwargs):
+        opened.append(Path(filename).name)
+        return real(cls, filename, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryMappedTable, "from_file", classmethod(counting))
+    for r in range(20):
+        store.append("ds", verl_rows(1, start=100 + r))
+    ds = DyngenDataset(store.root, "ds")
+    assert len(opened) == 21 and len(ds) == 24
+    other = Store(store.root)
+    for r in range(3):
+        other.append("ds", verl_rows(1, start=200 + r))
+    opened.clear()
+    assert ds.refresh() is True
+    assert len(opened) == 3  # the three new shards, not the 24 of the dataset
+    assert [ds[i]["extra_info"]["index"] for i in range(24, 27)] == [200, 201, 202]
+
+
+def test_rows_added_since_sees_through_compaction(store: Store) -> None:
+    ds = DyngenDataset(store.root, "ds")
+    for r in range(6):
+        store.append("ds", verl_rows(1, start=100 + r))
+    store.compact("ds", full=True)
+    store.append("ds", verl_rows(1, start=300))
+    ds.refresh()
+    added = ds.rows_added_since(0)
+    assert added is not None
+    assert [e["index"] for e in added["extra_info"]] == [100, 101, 102, 103, 104, 105, 300]
+    store.restore("ds", 0)
+    ds.refresh()
+    assert ds.rows_added_since(1) is None

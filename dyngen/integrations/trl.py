@@ -189,7 +189,8 @@ class RowStream:
             if record is None or version != record.version:
                 new_record = store.record(self.dataset, version)
                 data = store.load(self.dataset, version)
-                plan.update(record, new_record)
+                plan.update(record, new_record, record is not None and store.extends(
+                    self.dataset, record.version, new_record.version))
                 record = new_record
             assert data is not None
             prompt_key = record.prompt_key
@@ -211,9 +212,10 @@ class _Plan:
         self.cursor = 0
         self.epoch = 0
 
-    def update(self, old: Any, new: Any) -> None:
-        """Serve the rows `new` adds to `old` first; a version that does not extend restarts."""
-        if old is not None and new.shards[: len(old.shards)] == old.shards:
+    def update(self, old: Any, new: Any, extends: bool) -> None:
+        """Serve the rows `new` adds to `old` first; a version that does not extend `old`
+        (see Store.extends: a compaction does, a restore does not) restarts."""
+        if old is not None and extends:
             self.fresh.extend(range(old.rows, new.rows))
         else:
             self.fresh, self.order, self.cursor = [], np.arange(0), 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -58,15 +57,9 @@ def prompt_keys(prompts: list[Any], progress: Bar = QUIET) -> np.ndarray:
     return keys
 
 
-def write_keys(keys: np.ndarray, path: Path) -> None:
-    """Write keys sorted, durably, to a new file at `path`."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    with open(tmp, "xb") as fh:
-        np.sort(keys.astype(KEY_DTYPE)).tofile(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.link(tmp, path)
-    os.unlink(tmp)
+def sorted_bytes(keys: np.ndarray) -> bytes:
+    """The content of a key file: the keys sorted, little-endian 64-bit."""
+    return np.sort(np.asarray(keys).astype(KEY_DTYPE)).tobytes()
 
 
 def contains(path: Path, keys: np.ndarray) -> np.ndarray:

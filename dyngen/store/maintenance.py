@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 
 from dyngen.errors import CorruptionError, StoreError
 from dyngen.progress import QUIET, Bar
 from dyngen.store import shards as sh
-from dyngen.store.records import ShardInfo, VersionRecord
-from dyngen.store.store import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA, VERSIONS_DIR, Store
+from dyngen.store.log import CHECKPOINTS_DIR, VERSIONS_DIR, VersionLog
+from dyngen.store.reader import REJECTED_SCHEMA, StoreReader
+from dyngen.store.records import LogEntry, ShardInfo
+from dyngen.store.retention import DEFAULT_GRACE_SECONDS, live_files, protected_from, sweep
+from dyngen.store.state import LogState, apply
 
-DEFAULT_GC_GRACE_SECONDS = 3600.0
+DEFAULT_GC_GRACE_SECONDS = DEFAULT_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -31,53 +32,98 @@ class Problem:
         return f"[{where}] {self.path}: {self.message}"
 
 
-def verify(store: Store, name: str, progress: Bar = QUIET) -> list[Problem]:
-    """Check every record and every shard it names; return all problems (empty = healthy)."""
-    folder = store.dataset_dir(name) / VERSIONS_DIR
-    problems: list[Problem] = []
-    fresh = Store(store.root)  # bypass cached records: verify reads what is on disk now
-    numbers = fresh.versions(name)
+def verify(store: StoreReader, name: str, progress: Bar = QUIET) -> list[Problem]:
+    """Check every record, checkpoint, key marker and shard; return all problems.
+
+    Streams through the log: memory holds one version's state and the shards seen.
+    """
+    fresh = StoreReader(store.root)  # bypass cached records: verify reads what is on disk now
+    log = fresh.log(name)
+    numbers = log.versions()
     if not numbers:
-        return [Problem(None, str(folder), "no committed version")]
+        return [Problem(None, str(fresh.dataset_dir(name) / VERSIONS_DIR),
+                        "no committed version")]
+    problems: list[Problem] = []
     if numbers != list(range(len(numbers))):
         missing = sorted(set(range(numbers[-1] + 1)) - set(numbers))
         problems.append(Problem(None, VERSIONS_DIR, f"versions missing from the log: {missing}"))
+    head = numbers[-1]
+    expired_before, markers_expected = _head_facts(log, head)
+    checkpoints = set(log.checkpoint_versions())
     checked: dict[str, str | None] = {}
+    state: LogState | None = None
     progress.stage(f"verifying {name}", len(numbers), "versions")
     for n in numbers:
         progress.advance()
         try:
-            rec = fresh.record(name, n)
-        except StoreError as exc:
+            entry = log.entry(n, cache=False)  # streamed: memory stays flat
+        except (StoreError, OSError) as exc:
             problems.append(Problem(n, f"{VERSIONS_DIR}/{n:020d}.json", str(exc)))
+            state = None
             continue
-        problems += _check_record(rec)
-        named = [(s, rec.schema) for s in rec.shards] + [(s, None) for s in rec.rejected]
-        for info, schema in named:
+        try:
+            state = apply(state if state is None or state.version == n - 1 else None, entry)
+        except CorruptionError:
+            state = None  # its parent is damaged (reported): check what it names itself
+        problems += _check_record(entry, state)
+        if n in checkpoints and state is not None:
+            problems += _check_checkpoint(log, state)
+        if markers_expected and n < head and entry.idempotency_key is not None \
+                and log.marked_version(entry.idempotency_key) != n:
+            problems.append(Problem(n, log.key_rel(entry.idempotency_key).split("/", 1)[1],
+                                    "the idempotency key's marker is missing or names another "
+                                    "version; a re-delivered trigger could commit twice"))
+        if n < expired_before:
+            continue  # retention removed its shards on purpose
+        named = state.shards if state is not None else entry.added
+        quarantine = state.quarantine if state is not None else entry.rejected
+        for info, schema in [(s, entry.schema) for s in named] + [(s, None) for s in quarantine]:
             if info.path not in checked:
-                checked[info.path] = _check_shard(fresh, name, rec, info, schema)
-            if checked[info.path] is not None:
-                problems.append(Problem(n, info.path, checked[info.path] or ""))
+                checked[info.path] = _check_shard(fresh, name, n, info, schema)
+                if checked[info.path] is not None:
+                    problems.append(Problem(n, info.path, checked[info.path] or ""))
     return problems
 
 
-def _check_record(rec: VersionRecord) -> list[Problem]:
-    path = f"{VERSIONS_DIR}/{rec.version:020d}.json"
+def _head_facts(log: VersionLog, head: int) -> tuple[int, bool]:
+    """Versions retention expired, and whether key markers are kept (format 2 head)."""
+    try:
+        return log.state(head).expired_before, log.entry(head).format >= 2
+    except (StoreError, OSError):
+        return 0, False  # the head itself is damaged: check everything
+
+
+def _check_record(entry: LogEntry, state: LogState | None) -> list[Problem]:
+    path = f"{VERSIONS_DIR}/{entry.version:020d}.json"
     out = []
-    expected_parent = None if rec.version == 0 else rec.version - 1
-    if rec.parent != expected_parent:
-        out.append(Problem(rec.version, path,
-                           f"parent is {rec.parent}, expected {expected_parent}"))
-    total = sum(s.rows for s in rec.shards)
-    if rec.rows != total:
-        out.append(Problem(rec.version, path, f"rows is {rec.rows}, its shards hold {total}"))
+    expected_parent = None if entry.version == 0 else entry.version - 1
+    if entry.parent != expected_parent:
+        out.append(Problem(entry.version, path,
+                           f"parent is {entry.parent}, expected {expected_parent}"))
+    if state is not None:
+        total = sum(s.rows for s in state.shards)
+        if entry.rows != total:
+            out.append(Problem(entry.version, path,
+                               f"rows is {entry.rows}, its shards hold {total}"))
     return out
 
 
-def _check_shard(store: Store, name: str, rec: VersionRecord, info: ShardInfo,
+def _check_checkpoint(log: VersionLog, state: LogState) -> list[Problem]:
+    path = f"{CHECKPOINTS_DIR}/{state.version:020d}.json"
+    try:
+        saved = log.read_checkpoint(state.version)
+    except (CorruptionError, OSError) as exc:
+        return [Problem(state.version, path, str(exc))]
+    if not saved.same_as(state):
+        return [Problem(state.version, path, "differs from replaying the records; delete it "
+                        "(it is only an optimisation: reads fall back to replay)")]
+    return []
+
+
+def _check_shard(store: StoreReader, name: str, version: int, info: ShardInfo,
                  schema_json: dict | None) -> str | None:
     try:
-        path = store.shard_path(name, info, rec.version)
+        path = store.shard_path(name, info, version)
     except CorruptionError as exc:
         return str(exc)
     problem = sh.check_shard(path, info, checksum=False)
@@ -96,7 +142,7 @@ def _check_shard(store: Store, name: str, rec: VersionRecord, info: ShardInfo,
         return f"holds {table.num_rows} rows, the record says {info.rows}"
     if info.keys is not None:
         try:
-            size = store.shard_path(name, info, rec.version, rel=info.keys).stat().st_size
+            size = store.shard_path(name, info, version, rel=info.keys).stat().st_size
         except (CorruptionError, OSError) as exc:
             return f"prompt keys {info.keys} are unusable ({exc})"
         if size != 8 * info.rows:
@@ -110,34 +156,16 @@ def _check_shard(store: Store, name: str, rec: VersionRecord, info: ShardInfo,
     return None
 
 
-def gc(store: Store, name: str, *, grace_seconds: float = DEFAULT_GC_GRACE_SECONDS,
+def gc(store: StoreReader, name: str, *, grace_seconds: float = DEFAULT_GC_GRACE_SECONDS,
        dry_run: bool = False) -> list[str]:
-    """Remove shards and temp files no version names, if older than `grace_seconds`.
+    """Remove shards no kept version names, and temp files, if older than `grace_seconds`.
 
     The grace period protects a round in flight: its shard exists before its commit.
-    Refuses to run when any record is unreadable, since it could not tell live data.
+    Refuses to run when a record it needs is unreadable, since it could not tell live data.
     """
-    base = store.dataset_dir(name)
-    fresh = Store(store.root)
-    live: set[str] = set()
-    for rec in fresh.history(name):
-        live.update(f for s in rec.shards + rec.rejected for f in s.files)
-    cutoff = time.time() - grace_seconds
-    removed = []
-    for sub in (DATA_DIR, REJECTED_DIR, VERSIONS_DIR):
-        for path in sh.iter_shard_paths(base / sub):
-            rel = f"{sub}/{path.name}"
-            is_record = sub == VERSIONS_DIR and not path.name.startswith(".tmp-")
-            if rel in live or is_record or _mtime(path) > cutoff:
-                continue
-            if not dry_run:
-                path.unlink(missing_ok=True)
-            removed.append(rel)
-    return removed
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except FileNotFoundError:
-        return float("inf")
+    fresh = StoreReader(store.root)
+    head = fresh.state(name)
+    now = time.time()
+    live = live_files(fresh, name,
+                      protected_from(fresh, name, head.expired_before, grace_seconds, now))
+    return sweep(fresh, name, live, grace_seconds, now, dry_run=dry_run)

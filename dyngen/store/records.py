@@ -1,16 +1,24 @@
-"""Version records: the immutable values a commit writes, one JSON file per version."""
+"""Version records: the immutable values a commit writes, one JSON file per version.
+
+A record (format 2) holds only its version's change: the shards it adds, the shard
+paths it removes (compaction, restore), the quarantine shards of its round, its parent,
+operation, row count, schema and lineage. A restore's record also carries the whole
+state it sets, so reading it needs nothing older. Records of format 1 (dyngen before
+the linear log) list every shard of their version and are read as that state.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dyngen.errors import CorruptionError
 
-FORMAT_VERSION = 1
-Operation = Literal["create", "append", "restore"]
-OPERATIONS: tuple[str, ...] = ("create", "append", "restore")
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
+Operation = Literal["create", "append", "restore", "compact", "vacuum"]
+OPERATIONS: tuple[str, ...] = ("create", "append", "restore", "compact", "vacuum")
 
 
 @dataclass(frozen=True)
@@ -24,15 +32,32 @@ class ShardInfo:
     keys: str | None = None  # sorted prompt keys beside a data shard (see store/keys.py)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ShardInfo:
+    def from_dict(cls, data: Any) -> ShardInfo:
         """Build from a record's JSON, checking every field's type."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a shard must be an object, found {type(data).__name__}")
+        # Checkpoints hold dozens of shards and are read by every fresh Store: check the
+        # common case at once, and name the faulty field only when something is off.
+        path, rows, size, sha, keys = (data.get("path"), data.get("rows"), data.get("bytes"),
+                                       data.get("sha256"), data.get("keys"))
+        if (type(path) is str and type(rows) is int and type(size) is int
+                and type(sha) is str and (keys is None or type(keys) is str)):
+            return cls(path, rows, size, sha, keys)
         return cls(
-            path=_typed(data, "path", str),
-            rows=_typed(data, "rows", int),
-            bytes=_typed(data, "bytes", int),
-            sha256=_typed(data, "sha256", str),
-            keys=_typed(data, "keys", str) if data.get("keys") is not None else None,
+            path=typed_field(data, "path", str),
+            rows=typed_field(data, "rows", int),
+            bytes=typed_field(data, "bytes", int),
+            sha256=typed_field(data, "sha256", str),
+            keys=typed_field(data, "keys", str) if keys is not None else None,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (no `keys` entry for a shard without prompt keys)."""
+        out: dict[str, Any] = {"path": self.path, "rows": self.rows, "bytes": self.bytes,
+                               "sha256": self.sha256}
+        if self.keys is not None:
+            out["keys"] = self.keys
+        return out
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -41,31 +66,69 @@ class ShardInfo:
 
 
 @dataclass(frozen=True)
-class VersionRecord:
-    """A committed dataset version: what it contains and how it came to be."""
+class Snapshot:
+    """A whole state, as a restore record (or a format-1 record) states it."""
+
+    shards: tuple[ShardInfo, ...]
+    quarantine: tuple[ShardInfo, ...] | None  # None: format 1, quarantine accumulates
+
+
+@dataclass(frozen=True)
+class Run:
+    """Adjacent shards a compaction replaced, and the shards that took their place."""
+
+    removed: tuple[str, ...]
+    added: tuple[ShardInfo, ...]
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One version record exactly as stored: the version's change, not its whole state."""
 
     dataset: str
     version: int
     parent: int | None
     operation: str
-    shards: tuple[ShardInfo, ...]
     rows: int
     schema: dict[str, Any]
     created_at: str
     idempotency_key: str | None = None
-    rejected: tuple[ShardInfo, ...] = ()
+    rejected: tuple[ShardInfo, ...] = ()  # quarantine shards this version adds
     lineage: dict[str, Any] = field(default_factory=dict)
     format: int = FORMAT_VERSION
     prompt_key: str = "prompt"  # the column whose normalised text dedup keys (set at create)
+    added: tuple[ShardInfo, ...] = ()  # data shards this version adds
+    removed: tuple[str, ...] = ()  # shard paths (data or quarantine) this version drops
+    snapshot: Snapshot | None = None  # the whole state, when the record sets it
+    runs: tuple[Run, ...] = ()  # a compaction: where each of its new shards goes
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as written: format 2, the change only."""
+        out: dict[str, Any] = {
+            "format": FORMAT_VERSION, "dataset": self.dataset, "version": self.version,
+            "parent": self.parent, "operation": self.operation, "rows": self.rows,
+            "created_at": self.created_at, "idempotency_key": self.idempotency_key,
+            "prompt_key": self.prompt_key, "added": [s.to_dict() for s in self.added],
+            "removed": list(self.removed), "rejected": [s.to_dict() for s in self.rejected],
+        }
+        if self.snapshot is not None:
+            out["snapshot"] = {"shards": [s.to_dict() for s in self.snapshot.shards],
+                               "quarantine": [s.to_dict() for s in self.snapshot.quarantine or ()]}
+        if self.runs:
+            out["runs"] = [{"removed": list(r.removed), "added": [s.to_dict() for s in r.added]}
+                           for r in self.runs]
+        out["schema"] = self.schema
+        out["lineage"] = self.lineage
+        return out
 
     def to_json(self) -> str:
-        """Serialise to the exact bytes written on disk."""
+        """Serialise to the exact bytes written on disk (compact: the log is read often)."""
         # Key order is kept: the schema lists struct fields in their column order.
-        return json.dumps(asdict(self), indent=1) + "\n"
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, origin: str) -> VersionRecord:
-        """Parse a record, raising CorruptionError that names `origin` on any defect."""
+    def from_json(cls, text: str, origin: str) -> LogEntry:
+        """Parse a record of format 1 or 2, raising CorruptionError naming `origin`."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -78,38 +141,86 @@ class VersionRecord:
             raise CorruptionError(f"version record {origin}: expected a JSON object, found "
                                   f"{type(data).__name__}.")
         try:
-            operation = _typed(data, "operation", str)
-            if operation not in OPERATIONS:
-                raise ValueError(f"field 'operation' must be one of {OPERATIONS}, found "
-                                 "another string")
-            parent = data.get("parent")
-            if parent is not None and not isinstance(parent, int):
-                raise ValueError("field 'parent' must be an integer or null, found "
-                                 f"{type(parent).__name__}")
-            key = data.get("idempotency_key")
-            if key is not None and not isinstance(key, str):
-                raise ValueError("field 'idempotency_key' must be a string or null, found "
-                                 f"{type(key).__name__}")
-            return cls(
-                dataset=_typed(data, "dataset", str),
-                version=_typed(data, "version", int),
-                parent=parent,
-                operation=operation,
-                shards=tuple(ShardInfo.from_dict(s) for s in _typed(data, "shards", list)),
-                rows=_typed(data, "rows", int),
-                schema=_typed(data, "schema", dict),
-                created_at=_typed(data, "created_at", str),
-                idempotency_key=key,
-                rejected=tuple(ShardInfo.from_dict(s) for s in data.get("rejected", [])),
-                lineage=_typed(data, "lineage", dict) if "lineage" in data else {},
-                format=_typed(data, "format", int),
-                prompt_key=_typed(data, "prompt_key", str) if "prompt_key" in data else "prompt",
-            )
+            return cls._from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptionError(f"version record {origin} is malformed: {exc}") from exc
 
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any]) -> LogEntry:
+        fmt = typed_field(data, "format", int)
+        if fmt not in READABLE_FORMATS:
+            raise ValueError(f"format {fmt} is newer than this dyngen reads "
+                             f"({READABLE_FORMATS[-1]}); upgrade dyngen")
+        operation = typed_field(data, "operation", str)
+        if operation not in OPERATIONS:
+            raise ValueError(f"field 'operation' must be one of {OPERATIONS}, found another string")
+        parent = data.get("parent")
+        if parent is not None and (not isinstance(parent, int) or isinstance(parent, bool)):
+            raise ValueError("field 'parent' must be an integer or null, found "
+                             f"{type(parent).__name__}")
+        key = data.get("idempotency_key")
+        if key is not None and not isinstance(key, str):
+            raise ValueError("field 'idempotency_key' must be a string or null, found "
+                             f"{type(key).__name__}")
+        if fmt == 1:
+            snapshot: Snapshot | None = Snapshot(shard_list(data, "shards"), None)
+            added: tuple[ShardInfo, ...] = ()
+            removed: tuple[str, ...] = ()
+            runs: tuple[Run, ...] = ()
+        else:
+            snapshot = None
+            if data.get("snapshot") is not None:
+                snap = typed_field(data, "snapshot", dict)
+                snapshot = Snapshot(shard_list(snap, "shards"), shard_list(snap, "quarantine"))
+            added = shard_list(data, "added")
+            removed = _paths(typed_field(data, "removed", list))
+            runs = tuple(Run(_paths(typed_field(r, "removed", list)), shard_list(r, "added"))
+                         for r in data.get("runs") or ())
+        return cls(
+            dataset=typed_field(data, "dataset", str),
+            version=typed_field(data, "version", int),
+            parent=parent,
+            operation=operation,
+            rows=typed_field(data, "rows", int),
+            schema=typed_field(data, "schema", dict),
+            created_at=typed_field(data, "created_at", str),
+            idempotency_key=key,
+            rejected=shard_list(data, "rejected") if "rejected" in data else (),
+            lineage=typed_field(data, "lineage", dict) if "lineage" in data else {},
+            format=fmt,
+            prompt_key=typed_field(data, "prompt_key", str) if "prompt_key" in data else "prompt",
+            added=added,
+            removed=removed,
+            snapshot=snapshot,
+            runs=runs,
+        )
 
-def _typed(data: dict[str, Any], key: str, kind: type) -> Any:
+
+@dataclass(frozen=True)
+class VersionRecord(LogEntry):
+    """A committed dataset version: its record, plus the full list of its data shards."""
+
+    shards: tuple[ShardInfo, ...] = ()
+
+    @classmethod
+    def of(cls, entry: LogEntry, shards: tuple[ShardInfo, ...]) -> VersionRecord:
+        """The record of `entry` with the data shards of its version's state."""
+        fields = {name: getattr(entry, name) for name in LogEntry.__dataclass_fields__}
+        return cls(**fields, shards=shards)
+
+
+def _paths(items: list[Any]) -> tuple[str, ...]:
+    if not all(isinstance(p, str) for p in items):
+        raise TypeError("shard paths must be strings, found another type")
+    return tuple(items)
+
+
+def shard_list(data: dict[str, Any], key: str) -> tuple[ShardInfo, ...]:
+    """The shards listed under `key`, each checked."""
+    return tuple(ShardInfo.from_dict(s) for s in typed_field(data, key, list))
+
+
+def typed_field(data: dict[str, Any], key: str, kind: type) -> Any:
     """Return data[key], raising a precise error if it is absent or of the wrong type."""
     if key not in data:
         raise KeyError(f"missing field {key!r}")

@@ -1,18 +1,28 @@
-"""Shard files: Arrow IPC streams that `datasets.Dataset.from_file` memory-maps."""
+"""Shard files: Arrow IPC streams that `datasets` memory-maps.
+
+`datasets` (and pandas behind it) is imported only where rows are read or written:
+commands that only read the log (`dyngen log`) start in a fraction of a second.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import os
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import datasets
 import pyarrow as pa
 
 from dyngen.errors import SchemaMismatchError
+from dyngen.store.backend import LocalBackend
 from dyngen.store.records import ShardInfo
+
+if TYPE_CHECKING:
+    import datasets
+    from datasets.table import MemoryMappedTable, Table
+
+    Rows = datasets.Dataset | pa.Table | list[Mapping[str, Any]] | Mapping[str, list[Any]]
 
 # Provenance columns the store adds to every row, so a row can be traced to its version.
 VERSION_COLUMN = "_dyngen_version"
@@ -32,12 +42,16 @@ _HASH_CHUNK = 8 << 20
 # Shards are immutable, so a checksum verified once stays valid while the file's identity
 # (inode, size, mtime) is unchanged; this keeps `refresh()` cost proportional to new shards.
 _verified: set[tuple[str, int, int, int]] = set()
-
-Rows = datasets.Dataset | pa.Table | list[Mapping[str, Any]] | Mapping[str, list[Any]]
+# Shards opened in this process, by file identity: a reader that maps a newer version opens
+# only the shards it has not opened yet (bounded: each holds a memory map).
+_OPENED_CACHE = 1024
+_opened: OrderedDict[tuple[str, int, int, int], MemoryMappedTable] = OrderedDict()
 
 
 def to_table(rows: Rows) -> pa.Table:
     """Convert any accepted row container to an Arrow table without copying Arrow data."""
+    import datasets
+
     if isinstance(rows, pa.Table):
         return rows
     if isinstance(rows, datasets.Dataset):
@@ -133,13 +147,6 @@ def evolves_to(old: pa.Schema, new: pa.Schema) -> bool:
     return widen(old, new).equals(new, check_metadata=False)
 
 
-def as_schema(part: datasets.Dataset, schema: pa.Schema) -> datasets.Dataset:
-    """A shard read in a later version's (wider) schema; still memory-mapped, no copy."""
-    if part.data.schema.equals(schema, check_metadata=False):
-        return part
-    return datasets.Dataset(part.data.cast(schema))
-
-
 def _dropped_fields(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
     """Nested field paths present in `src` that a cast to `dst` would silently drop."""
     if pa.types.is_struct(src) and pa.types.is_struct(dst):
@@ -162,21 +169,50 @@ def _is_list(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
-def write_shard(table: pa.Table, path: Path) -> ShardInfo:
-    """Write `table` as a new immutable shard at `path` (which must not exist)."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    with open(tmp, "xb") as fh:
-        with pa.ipc.new_stream(fh, table.schema) as writer:
+def write_shard(backend: LocalBackend, rel: str, table: pa.Table) -> ShardInfo:
+    """Write `table` as a new immutable shard `rel` (which must not exist); hash as it goes."""
+    if table.num_rows and len(table.to_batches()) > -(-table.num_rows // _BATCH_ROWS):
+        # Many small chunks (rows gathered from many shards) would make a reader walk
+        # thousands of record batches: write them as few large ones.
+        table = table.combine_chunks()
+    out = _HashingWriter()
+
+    def write(fh: BinaryIO) -> None:
+        out.target = fh
+        with pa.ipc.new_stream(out, table.schema) as writer:
             for batch in table.to_batches(max_chunksize=_BATCH_ROWS):
                 writer.write_batch(batch)
-        fh.flush()
-        os.fsync(fh.fileno())
-    # Renaming after the data is durable means a crash never leaves a half file named
-    # like a shard; the link fails rather than replacing a file that exists.
-    os.link(tmp, path)
-    os.unlink(tmp)
-    digest = file_sha256(path)
-    return ShardInfo(path="", rows=len(table), bytes=path.stat().st_size, sha256=digest)
+
+    backend.write_new(rel, write)
+    return ShardInfo(path=rel.split("/", 1)[1], rows=len(table), bytes=out.size,
+                     sha256=out.digest.hexdigest())
+
+
+class _HashingWriter:
+    """A file-like sink that hashes and counts what Arrow writes through it."""
+
+    def __init__(self) -> None:
+        self.target: BinaryIO | None = None
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        """Hash, count and pass on one chunk."""
+        view = memoryview(data)
+        self.digest.update(view)
+        self.size += view.nbytes
+        assert self.target is not None
+        return self.target.write(view)
+
+    def flush(self) -> None:
+        """Flush the file underneath."""
+        if self.target is not None:
+            self.target.flush()
+
+    def tell(self) -> int:
+        """Bytes written so far."""
+        return self.size
 
 
 def file_sha256(path: Path) -> str:
@@ -208,21 +244,49 @@ def check_shard(path: Path, info: ShardInfo, *, checksum: bool = True) -> str | 
     return None
 
 
-def read_shard(path: Path) -> datasets.Dataset:
-    """Memory-map one shard as a Dataset (no rows are copied into memory)."""
-    return datasets.Dataset.from_file(str(path), in_memory=False)
+def open_table(path: Path) -> MemoryMappedTable:
+    """Memory-map one shard as a table; a shard opened before (same file) is reused."""
+    from datasets.table import MemoryMappedTable
+
+    st = path.stat()
+    identity = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    table = _opened.get(identity)
+    if table is None:
+        table = MemoryMappedTable.from_file(str(path))
+        _opened[identity] = table
+        if len(_opened) > _OPENED_CACHE:
+            _opened.popitem(last=False)
+    else:
+        _opened.move_to_end(identity)
+    return table
+
+
+def as_dataset(tables: list[Table], schema: pa.Schema, fingerprint: str) -> datasets.Dataset:
+    """Tables (memory-mapped) as one Dataset in `schema`, without copying a row.
+
+    Shards written before a round added extra_info fields read them as null. The
+    fingerprint is given, not computed: datasets would hash every block's history.
+    """
+    import datasets
+    from datasets.table import InMemoryTable, concat_tables
+
+    parts = [t if t.schema.equals(schema, check_metadata=False) else t.cast(schema)
+             for t in tables]
+    if not parts:
+        return datasets.Dataset(InMemoryTable(schema.empty_table()), fingerprint=fingerprint)
+    table = parts[0] if len(parts) == 1 else concat_tables(parts)
+    return datasets.Dataset(table, fingerprint=fingerprint)
 
 
 def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
     """A readable, comparable JSON form of an Arrow schema (Hugging Face features)."""
+    import datasets
+
     return datasets.Features.from_arrow_schema(schema).to_dict()
 
 
 def schema_from_json(data: Mapping[str, Any]) -> pa.Schema:
     """Inverse of `schema_to_json`."""
+    import datasets
+
     return datasets.Features.from_dict(dict(data)).arrow_schema
-
-
-def iter_shard_paths(folder: Path) -> Iterable[Path]:
-    """Every file in a shard folder, including unfinished temp files."""
-    return sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []

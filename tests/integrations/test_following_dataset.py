@@ -67,3 +67,13 @@ def test_every_rank_sees_the_same_sequence_whenever_it_reads(
     assert behind[4:6] == [q(10), q(11)]  # block 2, read after the commit, serves them
     with pytest.raises(ConfigError, match="run_id"):
         next(iter(FollowingDataset(store.root, NAME, block_rows=2)))
+
+
+def test_rows_a_round_adds_come_first_even_when_a_compaction_committed_in_between(
+        store: Store) -> None:
+    stream = iter(FollowingDataset(store.root, NAME, block_rows=2, seed=3))
+    questions(stream, 4)
+    store.append(NAME, verl_rows(1, start=10))
+    store.compact(NAME, full=True)  # rewrites the shards: same rows, same order
+    store.append(NAME, verl_rows(1, start=11))
+    assert questions(stream, 2) == [q(10), q(11)]

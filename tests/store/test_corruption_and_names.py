@@ -27,7 +27,7 @@ def _record(base: Path, n: int) -> Path:
 
 def _newest_shard(base: Path) -> Path:
     data = json.loads(_record(base, 1).read_text())
-    return base / data["shards"][-1]["path"]
+    return base / data["added"][-1]["path"]
 
 
 def truncate_record(base: Path) -> None:
@@ -50,13 +50,13 @@ def flip_shard_bytes(base: Path) -> None:
 def shard_outside_dataset(base: Path) -> None:
     path = _record(base, 1)
     data = json.loads(path.read_text())
-    data["shards"][-1]["path"] = "../../outside.arrow"
+    data["added"][-1]["path"] = "../../outside.arrow"
     path.write_text(json.dumps(data))
 
 
 def delete_prompt_keys(base: Path) -> None:
     data = json.loads(_record(base, 1).read_text())
-    (base / data["shards"][-1]["keys"]).unlink()
+    (base / data["added"][-1]["keys"]).unlink()
 
 
 def truncate_shard(base: Path) -> None:

@@ -1,0 +1,83 @@
+"""`dyngen` commands that keep a long-lived store small: compact and vacuum."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from dyngen.cli_support import Name, get_state
+from dyngen.store.compaction import CompactionPolicy
+from dyngen.store.retention import DEFAULT_GRACE_SECONDS
+
+_DEFAULTS = CompactionPolicy()
+
+
+def compact(
+    ctx: typer.Context, name: Name,
+    full: Annotated[bool, typer.Option(
+        "--full", help="Merge every run of adjacent small shards, whatever the policy says.")]
+    = False,
+    max_small_shards: Annotated[int, typer.Option(
+        min=0, help="Compact when the head has more small shards than this.")]
+    = _DEFAULTS.max_small_shards,
+    fan_in: Annotated[int, typer.Option(
+        min=2, help="Adjacent shards of one size tier merged into one.")] = _DEFAULTS.fan_in,
+    target_mb: Annotated[float, typer.Option(
+        min=0.001, help="Shards this large (MiB) are never rewritten.")]
+    = _DEFAULTS.target_bytes / 2**20,
+) -> None:
+    """Rewrite small shards into large ones as new versions: same rows, same order."""
+    state = get_state(ctx)
+    store = state.store()
+    policy = CompactionPolicy(max_small_shards=max_small_shards, fan_in=fan_in,
+                              target_bytes=int(target_mb * 2**20))
+    made = store.compact(name, policy, full=full)
+    if not made:
+        head = store.state(name)
+        small = sum(s.bytes < policy.target_bytes for s in head.shards)
+        state.out.print(f"nothing to compact: the head (v{head.version}) has {small} small "
+                        f"shard(s); the policy allows {policy.max_small_shards} "
+                        "(--full merges them anyway)", markup=False)
+        return
+    for rec in made:
+        info = rec.lineage["compaction"]
+        state.out.print(f"compacted {name!r} as version {rec.version}: {info['shards_in']} "
+                        f"shards ({info['rows']} rows) into {info['shards_out']}; the head "
+                        f"has {len(rec.shards)} data shard(s)", markup=False)
+
+
+def vacuum(
+    ctx: typer.Context, name: Name,
+    keep_versions: Annotated[int | None, typer.Option(
+        min=1, help="Keep the newest N versions loadable.")] = None,
+    keep_days: Annotated[float | None, typer.Option(
+        min=0, help="Keep the versions of the last D days loadable.")] = None,
+    grace_seconds: Annotated[float, typer.Option(
+        min=0, help="Keep what a round in flight may use: versions that were the head, and "
+                    "files written, this recently.")] = DEFAULT_GRACE_SECONDS,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List, do not delete.")] = False,
+) -> None:
+    """Retention: expire old versions, delete data files no kept version names.
+
+    Records and lineage stay; loading an expired version names this vacuum.
+    """
+    state = get_state(ctx)
+    result = state.store().vacuum(name, keep_versions=keep_versions, keep_days=keep_days,
+                                  grace_seconds=grace_seconds, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for rel in result.removed:
+        state.out.print(f"{verb} {rel}", markup=False)
+    if result.record is not None:
+        state.out.print(f"vacuum committed as version {result.record.version}: versions "
+                        f"below {result.expired_before} no longer load", markup=False)
+    elif result.expired_before:
+        state.out.print(f"versions below {result.expired_before} "
+                        f"{'would be' if dry_run else 'are'} expired", markup=False)
+    state.out.print(f"{verb} {len(result.removed)} file(s)", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the maintenance commands to `app`."""
+    app.command("compact")(compact)
+    app.command("vacuum")(vacuum)

@@ -1,0 +1,39 @@
+"""Store maintenance as a flow run: compact every dataset, and apply retention if asked.
+
+The alternative to compacting after each round (`round.compaction.enabled`): the
+`store-maintenance` deployment in prefect.yaml runs this on a schedule. It commits
+through the store's optimistic protocol, so it may run while rounds do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from dyngen.config import load_config
+from dyngen.round import compaction_policy
+from dyngen.store import Store
+from dyngen.store.names import validate_name
+from tasks.compact import compact_head
+from tasks.vacuum import vacuum_dataset
+
+
+@flow(name="store-maintenance")
+def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = None,
+                   keep_versions: int | None = None, keep_days: float | None = None,
+                   grace_seconds: float | None = None) -> dict[str, Any]:
+    """Compact `dataset` (every dataset under the root if None); vacuum if a rule is given."""
+    cfg = load_config(base=config)
+    policy = compaction_policy(cfg)  # the numbers a round would use, enabled or not
+    root = str(cfg.store.root)
+    names = [validate_name(dataset)] if dataset else Store(root).list_datasets()
+    logger = get_run_logger()
+    done: dict[str, Any] = {}
+    for name in names:
+        done[name] = {"compacted": compact_head(root, name, policy)}
+        if keep_versions is not None or keep_days is not None:
+            done[name]["vacuum"] = vacuum_dataset(root, name, keep_versions, keep_days,
+                                                  grace_seconds)
+        logger.info("%s: %s", name, done[name])
+    return done

@@ -1,0 +1,14 @@
+"""After the version stage: compact the head's small shards if the store's policy asks."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from dyngen.store import CompactionPolicy, Store
+
+
+@task(name="compact", cache_policy=NO_CACHE)
+def compact_head(store_root: str, dataset: str, policy: CompactionPolicy) -> list[int]:
+    """The `compact` versions committed (none when the head has few small shards)."""
+    return [rec.version for rec in Store(store_root).compact(dataset, policy)]
