@@ -18,9 +18,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 from prefect import serve
+from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentEventTrigger
+from prefect.exceptions import ObjectNotFound
 
 from dyngen.config import load_config
 from dyngen.errors import ConfigError
@@ -78,6 +80,7 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
     """Serve the deployment until interrupted (Ctrl-C / SIGTERM)."""
     if isolation not in ("fork", "process"):
         raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
+    refuse_to_replace_pool_deployment()
     deployment = round_deployment(dataset, config, every_n_batches)
     if isolation == "process":
         # Not paused on shutdown: events that arrive while nothing serves become scheduled
@@ -92,6 +95,25 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
             + ROUND_MARGIN_SECONDS
     WarmRunner(generation_round, deployment, poll_seconds, max_round_seconds,
                preload=_generator_module(cfg)).serve()
+
+
+def refuse_to_replace_pool_deployment() -> None:
+    """Serving applies the deployment `generation-round/on-batch-end` as its own; refuse when
+    that name belongs to `prefect deploy`'s work-pool deployment, whose runs would then start
+    with serve's settings on the pool's workers and fail there."""
+    name = f"{generation_round.name}/{DEPLOYMENT_NAME}"
+    with get_client(sync_client=True) as client:
+        try:
+            found = client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            return
+    if found.work_pool_name:
+        raise ConfigError(
+            f"the Prefect server already has deployment {name!r} on work pool "
+            f"{found.work_pool_name!r} (from `prefect deploy`); `dyngen serve` would replace "
+            "it with its own. Either run workers for that pool (`prefect worker start --pool "
+            f"{found.work_pool_name}`) instead of serving, or delete it first (`prefect "
+            f"deployment delete {name}`).")
 
 
 def _generator_module(cfg: DictConfig) -> tuple[str, ...]:
