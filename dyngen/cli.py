@@ -245,7 +245,7 @@ def verify_(
         state.out.print(f"no datasets under {store.root}", markup=False)
     damaged = False
     for dataset in names:
-        if not store.dataset_dir(dataset).is_dir():
+        if not store.dataset_exists(dataset):
             # A typo is a user error (exit 2), not damage (exit 1).
             raise DatasetNotFoundError(
                 f"dataset {dataset!r} does not exist; `dyngen datasets` lists them.")
