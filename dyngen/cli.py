@@ -116,9 +116,10 @@ app = typer.Typer(
 @app.callback()
 def _global(
     ctx: typer.Context,
-    root: Annotated[Path | None, typer.Option(
-        envvar=ROOT_ENV, help="Store root (default: $DYNGEN_STORE_ROOT, else store.root "
-                              "of the config).")] = None,
+    root: Annotated[str | None, typer.Option(
+        envvar=ROOT_ENV, help="Store root: a folder or a URL such as s3://bucket/path "
+                              "(default: $DYNGEN_STORE_ROOT, else store.root of the config)."
+    )] = None,
     config: Annotated[Path | None, typer.Option(
         "--config", help="OmegaConf YAML config file.")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,

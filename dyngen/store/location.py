@@ -16,6 +16,8 @@ from typing import Any
 from dyngen.errors import ConfigError
 from dyngen.store.backend import Backend, LocalBackend
 
+# What a task takes to open a store: a root, or `store_settings` (plain data, no objects).
+StoreSpec = str | Mapping[str, Any]
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
 # Extras of dyngen that install a scheme's filesystem package.
 _EXTRA = {"s3": "dyngen[s3]", "s3a": "dyngen[s3]"}
@@ -50,12 +52,13 @@ def absolute_root(root: str | os.PathLike[str]) -> str:
 def local_folder_for(root: str | os.PathLike[str]) -> Path:
     """A local folder standing for `root` where local files are needed (rollouts).
 
-    A local root is itself; a URL root maps to `<user data folder>/dyngen/<scheme>/<rest>`
-    ($XDG_DATA_HOME, else ~/.local/share), the same on every process of one machine.
+    A local root is itself (as given); a URL root maps to
+    `<user data folder>/dyngen/<scheme>/<rest>` ($XDG_DATA_HOME, else ~/.local/share),
+    the same for every process of one machine.
     """
     parts = split_url(root)
     if parts is None or parts[0] == "file":
-        return Path(parts[1] if parts else root).resolve()
+        return Path(parts[1] if parts else root)
     scheme, rest = parts
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     clean = [p for p in rest.split("/") if p not in ("", ".", "..")]
