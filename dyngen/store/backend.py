@@ -51,7 +51,24 @@ class Backend(Protocol):
     def delete(self, rel: str) -> bool: ...
 
 
-class LocalBackend:
+class ExclusiveCreate:
+    """`create_exclusive` for a backend from its `write_new`."""
+
+    def write_new(self, rel: str, data: bytes | Writer, *,
+                  hook: StageHook | None = None) -> None:
+        """Create `rel` with `data`; FileExistsError if it exists."""
+        raise NotImplementedError
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create a small file durably unless it exists; tell whether this call created it."""
+        try:
+            self.write_new(rel, data)
+        except FileExistsError:
+            return False
+        return True
+
+
+class LocalBackend(ExclusiveCreate):
     """Files under one local folder; paths are POSIX-style and relative to it."""
 
     # A hard link never replaces a file: exclusive creation is atomic across processes.
@@ -93,14 +110,6 @@ class LocalBackend:
         finally:
             tmp.unlink(missing_ok=True)
         _fsync_dir(path.parent)
-
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create a small file durably unless it exists; tell whether this call created it."""
-        try:
-            self.write_new(rel, data)
-        except FileExistsError:
-            return False
-        return True
 
     def replace(self, rel: str, data: bytes) -> None:
         """Atomically set the content of a small mutable hint file (readers see old or new)."""

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 from pathlib import Path
 from typing import Protocol
 
 from dyngen.store import shards as sh
+from dyngen.store.backend import durable_temp
 
 CACHE_ENV = "DYNGEN_CACHE_DIR"
 
@@ -64,10 +64,9 @@ class ShardCache:
         except FileNotFoundError:
             target.unlink(missing_ok=True)
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{target.name}")
+        # Durable before it has its name: a prompt-key copy is trusted by its size alone.
+        tmp = durable_temp(target, data)
         try:
-            tmp.write_bytes(data)
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dyngen.errors import StoreError
-from dyngen.store.backend import FileInfo, StageHook, Writer
+from dyngen.store.backend import ExclusiveCreate, FileInfo, StageHook, Writer
 from dyngen.store.cache import ShardCache
 
 # Scheme -> how it creates a file only if absent, atomically against other writers.
@@ -34,7 +34,7 @@ EXCLUSIVE = {
 _MEMORY_LOCK = threading.Lock()
 
 
-class FsspecBackend:
+class FsspecBackend(ExclusiveCreate):
     """Files under one folder of an fsspec filesystem; paths are relative to it."""
 
     def __init__(self, fs: Any, root_path: str, url: str, scheme: str, cache: ShardCache, *,
@@ -101,14 +101,6 @@ class FsspecBackend:
                 raise
         if hook is not None:
             hook("linked")
-
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create a small file unless it exists; tell whether this call created it."""
-        try:
-            self.write_new(rel, data)
-        except FileExistsError:
-            return False
-        return True
 
     def replace(self, rel: str, data: bytes) -> None:
         """Set the content of a small mutable hint file (one put: readers see old or new)."""

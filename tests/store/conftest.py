@@ -70,8 +70,10 @@ def _opener(kind: str, request: pytest.FixtureRequest,
     if kind == "memory":
         import fsspec
 
-        fsspec.filesystem("memory").rm(root.removeprefix("memory://").split("/")[0],
-                                       recursive=True)
+        memory = fsspec.filesystem("memory")
+        bucket = root.removeprefix("memory://").split("/")[0]
+        if memory.exists(bucket):  # frees this test's files (the filesystem is global)
+            memory.rm(bucket, recursive=True)
 
 
 @pytest.fixture(params=BACKENDS)
