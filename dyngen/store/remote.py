@@ -90,6 +90,8 @@ class FsspecBackend(ExclusiveCreate):
                     raise FileExistsError(self.describe(rel))
                 self.fs.pipe_file(path, payload)
         else:
+            # s3fs sends If-None-Match on single puts (< 100 MB); larger uploads are
+            # multipart without it, which only shards are, and their names are unique.
             try:
                 self.fs.pipe_file(path, payload, mode="create")
             except FileExistsError:
