@@ -20,7 +20,7 @@ from dyngen.store.backend import Backend, LocalBackend
 StoreSpec = str | Mapping[str, Any]
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.DOTALL)
 # Extras of dyngen that install a scheme's filesystem package.
-_EXTRA = {"s3": "dyngen[s3]", "s3a": "dyngen[s3]"}
+_EXTRA = {"s3": "dyngen[s3]", "s3a": "dyngen[s3]", "gs": "dyngen[gcs]", "gcs": "dyngen[gcs]"}
 # Listing caches would hide a version another writer just committed.
 _NO_LISTINGS_CACHE = frozenset({"s3", "s3a", "gs", "gcs"})
 
@@ -44,9 +44,9 @@ def is_remote(root: str | os.PathLike[str]) -> bool:
 def absolute_root(root: str | os.PathLike[str]) -> str:
     """`root` as other processes can use it: a resolved local path, or the URL unchanged."""
     parts = split_url(root)
-    if parts is None:
-        return str(Path(root).resolve())
-    return root if parts[0] != "file" else str(Path(parts[1]).resolve())  # type: ignore[return-value]
+    if parts is not None and parts[0] != "file":
+        return str(root)
+    return str(Path(parts[1] if parts else root).resolve())
 
 
 def local_folder_for(root: str | os.PathLike[str]) -> Path:
@@ -142,9 +142,8 @@ def _filesystem_class(root: str, scheme: str) -> Any:
         ) from None
     except ImportError as exc:
         extra = _EXTRA.get(scheme)
-        hint = f"pip install '{extra}' (or the package below)" if extra else \
-            "install the package below"
+        hint = f"pip install '{extra}'" if extra else "pip install the package it names"
         raise ConfigError(
-            f"store root {root!r}: the {scheme}:// filesystem's package is not installed. "
-            f"{exc}. To use it, {hint}."
+            f"store root {root!r}: the {scheme}:// filesystem's package is not installed "
+            f"(fsspec: {str(exc).rstrip('.')}). To use this root: {hint}."
         ) from None
