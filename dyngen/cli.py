@@ -116,9 +116,10 @@ app = typer.Typer(
 @app.callback()
 def _global(
     ctx: typer.Context,
-    root: Annotated[Path | None, typer.Option(
-        envvar=ROOT_ENV, help="Store root (default: $DYNGEN_STORE_ROOT, else store.root "
-                              "of the config).")] = None,
+    root: Annotated[str | None, typer.Option(
+        envvar=ROOT_ENV, help="Store root: a folder or a URL such as s3://bucket/path "
+                              "(default: $DYNGEN_STORE_ROOT, else store.root of the config)."
+    )] = None,
     config: Annotated[Path | None, typer.Option(
         "--config", help="OmegaConf YAML config file.")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
@@ -245,7 +246,7 @@ def verify_(
         state.out.print(f"no datasets under {store.root}", markup=False)
     damaged = False
     for dataset in names:
-        if not store.dataset_dir(dataset).is_dir():
+        if not store.dataset_exists(dataset):
             # A typo is a user error (exit 2), not damage (exit 1).
             raise DatasetNotFoundError(
                 f"dataset {dataset!r} does not exist; `dyngen datasets` lists them.")

@@ -79,13 +79,14 @@ def serve_(
 
     from dyngen.config import load_config
     from dyngen.rollouts import absolute_dirs
+    from dyngen.store.location import absolute_root
     from flows.serve import serve_rounds
 
     state = get_state(ctx)
     cfg = load_config(state.config_path, overrides or [])
     if state.root is not None:
         cfg.store.root = str(state.root)
-    cfg.store.root = str(Path(cfg.store.root).resolve())  # runs start in other folders
+    cfg.store.root = absolute_root(cfg.store.root)  # runs start in other folders
     cfg.round.rollouts_dirs = absolute_dirs(cfg.round.rollouts_dirs)
     serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches,
                  isolation=isolation, poll_seconds=poll_seconds,

@@ -28,7 +28,7 @@ LOG_CHUNK = 500  # versions per table of `dyngen log --all`
 class State:
     """What the global options resolve to, shared by every command."""
 
-    root: Path | None
+    root: str | None  # a folder or a URL (a Path would turn s3://b into s3:/b)
     config_path: Path | None
     debug: bool
     # Consoles are made per invocation so they see the streams and COLUMNS of that run.
@@ -47,8 +47,13 @@ class State:
     def store(self) -> Store:
         """The store at --root, else $DYNGEN_STORE_ROOT, else the config's store.root."""
         if self._store is None:
-            root = self.root if self.root is not None else Path(self.config().store.root)
-            self._store = Store(root)
+            from dyngen.store.location import store_settings
+
+            # --root names the store; how to reach it (store.*) comes from the config.
+            settings = store_settings(self.config().store)
+            if self.root is not None:
+                settings["root"] = self.root
+            self._store = Store.from_config(settings)
         return self._store
 
 

@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import json
 import typing
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from omegaconf.errors import (
 )
 
 from dyngen.errors import ConfigError
+from dyngen.store.location import local_folder_for
 
 __all__ = [
     "CompactionConfig",
@@ -51,10 +53,20 @@ __all__ = [
 
 @dataclass
 class StoreConfig:
-    """Where the versioned datasets live; a relative root resolves against the CWD."""
+    """Where the versioned datasets live: a local folder (a relative root resolves against
+    the CWD) or a URL (s3://, gs://, memory://; README: Storage backends)."""
 
     # DYNGEN_STORE_ROOT wins when set, so a worker or serve process can be pointed at a store.
     root: str = "${oc.env:DYNGEN_STORE_ROOT,dyngen_store}"
+    # Passed to a URL root's fsspec filesystem (endpoint_url, profile, …). A config is
+    # recorded with each flow run: leave secrets to the environment (AWS_*).
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    # The user promises that one process writes the store: needed to commit on a backend
+    # without an atomic create-if-absent.
+    single_writer: bool = False
+    # Local copies of a remote store's shards, to memory-map (default: $DYNGEN_CACHE_DIR,
+    # else ~/.cache/dyngen/shards).
+    cache_dir: str | None = None
 
 
 @dataclass
@@ -119,7 +131,9 @@ class RoundConfig:
     task_runner: TaskRunnerConfig = field(default_factory=TaskRunnerConfig)
     # The only folders a trigger's rollouts file may be in (an event names the file; the
     # round reads it with the worker's rights), and the largest file it reads.
-    rollouts_dirs: list[str] = field(default_factory=lambda: ["${store.root}/rollouts"])
+    # local_folder: the root itself, or for a URL root a local folder standing for it.
+    rollouts_dirs: list[str] = field(
+        default_factory=lambda: ["${local_folder:${store.root}}/rollouts"])
     max_rollouts_bytes: int = 64 * 1024 * 1024
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
@@ -132,6 +146,12 @@ class DyngenConfig:
     data: DataConfig = field(default_factory=DataConfig)
     round: RoundConfig = field(default_factory=RoundConfig)
 
+
+# `${local_folder:${store.root}}`: rollouts files are local even when the store is not.
+with warnings.catch_warnings():  # omegaconf 2.4 renamed it; 2.3's other name means another API
+    warnings.simplefilter("ignore", UserWarning)
+    OmegaConf.register_new_resolver("local_folder",
+                                    lambda root: str(local_folder_for(str(root))), replace=True)
 
 # Sections that accept keys the schema does not list (the generator's own settings).
 _OPEN_SECTIONS = frozenset({"data.datagen"})
@@ -383,7 +403,13 @@ def _non_empty(value: Any) -> bool:
 
 # key, check, what is expected, an example override that fixes it
 _RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
-    ("store.root", _non_empty, "a non-empty directory path", "store.root=dyngen_store"),
+    ("store.root", _non_empty, "a non-empty directory path or URL", "store.root=dyngen_store"),
+    (
+        "store.cache_dir",
+        lambda v: v is None or _non_empty(v),
+        "null or a local folder for cached shards",
+        "store.cache_dir=/tmp/dyngen-cache",
+    ),
     ("data.prompt_key", _non_empty, "a non-empty column name", "data.prompt_key=prompt"),
     (
         "data.max_prompt_length",

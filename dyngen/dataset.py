@@ -43,7 +43,9 @@ class DyngenDataset:
                 or every_n_batches < 1:
             raise ConfigError(f"every_n_batches: expected an integer >= 1, found "
                               f"{every_n_batches!r}. Set it to 1 for a round after every batch.")
-        self.store = Store(store_root)
+        # How to reach a URL root (storage_options, cache_dir) comes from the config's store.
+        section = config.get("store") if isinstance(config, Mapping) else None
+        self.store = Store.from_config({**dict(section or {}), "root": os.fspath(store_root)})
         self.name = dataset
         self.mode: Mode = mode
         self.every_n_batches = every_n_batches

@@ -133,8 +133,8 @@ class RolloutsPolicy:
                 raise ConfigError(
                     f"round.rollouts_dirs[{i}]: expected a local folder, found {d!r}. Rollouts "
                     "files are read from the disk where the round runs; set round.rollouts_dirs "
-                    "to such a folder (its default, <store.root>/rollouts, is not one when the "
-                    "store is object storage).")
+                    "to such a folder (its default is one, also for a store on object "
+                    "storage: README, Storage backends).")
             out.append(os.path.realpath(local))
         return out
 

@@ -21,6 +21,7 @@ from dyngen.faults import crash_point
 from dyngen.rollouts import RolloutsPolicy
 from dyngen.round import RoundContext, Trigger, compaction_policy
 from dyngen.store import Store
+from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
 from flows.round_guard import name_run, round_guard
 from tasks.compact import compact_head
@@ -64,7 +65,8 @@ def generation_round(
     logger = get_run_logger()
     timings: dict[str, float] = {}
     with round_guard(dataset):
-        store = Store(cfg.store.root)
+        where = store_settings(cfg.store)  # the root and how to reach it
+        store = Store.from_config(where)
         key = trig.idempotency_key(dataset)
         done = store.find_idempotency_key(dataset, key) if key else None
         if done is not None:
@@ -76,7 +78,7 @@ def generation_round(
             return summary(done, created=False)
 
         with _timed(timings, "load"):
-            data, parent = load_dataset(cfg.store.root, dataset)
+            data, parent = load_dataset(where, dataset)
         crash_point("round.after_load")
         context = RoundContext(dataset, parent.version + 1, parent.version, trig,
                                rollouts_policy=rollouts)
@@ -100,9 +102,9 @@ def generation_round(
             **({"partitions": fanned_out} if fanned_out else {}),
         }
         with _timed(timings, "concat"):
-            pending = concat_rows(cfg.store.root, context, outcome, generator["name"], lineage)
+            pending = concat_rows(where, context, outcome, generator["name"], lineage)
         crash_point("round.after_concat")
-        record = commit_version(cfg.store.root, pending)
+        record = commit_version(where, pending)
         crash_point("round.after_version")
     logger.info("%s: v%s → v%d, kept %d of %d, rejected %s", dataset, parent.version,
                 record.version, len(outcome.kept), len(rows), outcome.rejected_by_reason)
@@ -116,7 +118,7 @@ def _compact(cfg: Any, dataset: str, logger: Any) -> list[int]:
     if not cfg.round.compaction.enabled:
         return []
     try:
-        return compact_head(cfg.store.root, dataset, compaction_policy(cfg))
+        return compact_head(store_settings(cfg.store), dataset, compaction_policy(cfg))
     except Exception as exc:  # the round's version is committed; compaction can wait
         logger.warning("compacting %s after the round failed (the round's version is "
                        "committed): %s", dataset, exc)

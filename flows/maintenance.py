@@ -14,6 +14,7 @@ from prefect import flow, get_run_logger
 from dyngen.config import load_config
 from dyngen.round import compaction_policy
 from dyngen.store import Store
+from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
 from tasks.compact import compact_head
 from tasks.vacuum import vacuum_dataset
@@ -26,8 +27,8 @@ def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = N
     """Compact `dataset` (every dataset under the root if None); vacuum if a rule is given."""
     cfg = load_config(base=config)
     policy = compaction_policy(cfg)  # the numbers a round would use, enabled or not
-    root = str(cfg.store.root)
-    names = [validate_name(dataset)] if dataset else Store(root).list_datasets()
+    root = store_settings(cfg.store)
+    names = [validate_name(dataset)] if dataset else Store.from_config(root).list_datasets()
     logger = get_run_logger()
     done: dict[str, Any] = {}
     for name in names:

@@ -10,10 +10,11 @@ from prefect.cache_policies import NO_CACHE
 from dyngen.filters import FilterOutcome
 from dyngen.round import RoundContext, write_round
 from dyngen.store import PendingCommit, Store
+from dyngen.store.location import StoreSpec
 
 
 @task(name="concat", cache_policy=NO_CACHE)
-def concat_rows(store_root: str, context: RoundContext, outcome: FilterOutcome,
+def concat_rows(store_root: StoreSpec, context: RoundContext, outcome: FilterOutcome,
                 generator: str, lineage: dict[str, Any]) -> PendingCommit:
     """Write the new shard and the quarantine shard; nothing is visible until committed."""
-    return write_round(Store(store_root), context, outcome, generator, lineage)
+    return write_round(Store.from_config(store_root), context, outcome, generator, lineage)

@@ -16,5 +16,5 @@ from dyngen.store import Store, VersionRecord
 @task(name="filter", cache_policy=NO_CACHE)
 def filter_generated(cfg: DictConfig, parent: VersionRecord, rows: list[Any]) -> FilterOutcome:
     """Rows kept and rows quarantined with their reasons, against the parent version."""
-    store = Store(cfg.store.root)
+    store = Store.from_config(cfg.store)
     return filter_rows(rows, build_filters(cfg, store, parent.dataset, parent, rows))

@@ -22,18 +22,19 @@ from dyngen.round import (
     previous_generator_state,
 )
 from dyngen.store import Store
+from dyngen.store.location import StoreSpec
 from generators import build_generator
 
 
 @task(name="generate", cache_policy=NO_CACHE)
 def generate_rows(datagen: DictConfig, dataset: datasets.Dataset | None, context: RoundContext,
-                  store_root: str) -> tuple[list[Any], dict[str, Any]]:
+                  store_root: StoreSpec) -> tuple[list[Any], dict[str, Any]]:
     """New rows from a freshly built generator, and which generator made them.
 
     Without `dataset` (a partition on another process or host), the parent version is
     memory-mapped from the store here rather than shipped.
     """
-    store = Store(store_root)
+    store = Store.from_config(store_root)
     if dataset is None:
         dataset = store.load(context.dataset, context.parent)
     generator = build_generator(datagen)

@@ -8,9 +8,10 @@ from prefect.cache_policies import NO_CACHE
 
 from dyngen.round import load_head
 from dyngen.store import Store, VersionRecord
+from dyngen.store.location import StoreSpec
 
 
 @task(name="load", cache_policy=NO_CACHE)
-def load_dataset(store_root: str, dataset: str) -> tuple[datasets.Dataset, VersionRecord]:
+def load_dataset(store_root: StoreSpec, dataset: str) -> tuple[datasets.Dataset, VersionRecord]:
     """The head version's rows (no copy of old rows) and its version record."""
-    return load_head(Store(store_root), dataset)
+    return load_head(Store.from_config(store_root), dataset)

@@ -21,6 +21,7 @@ from dyngen.partitions import (
     union_rows,
 )
 from dyngen.round import RoundContext
+from dyngen.store.location import store_settings
 from dyngen.task_runners import build_task_runner, partition_resources
 from tasks.generate import configured
 
@@ -35,10 +36,10 @@ def generate_all(cfg: DictConfig, dataset: datasets.Dataset, context: RoundConte
     count, runner_cfg = int(cfg.round.partitions), cfg.round.task_runner
     task = configured(cfg)
     if count == 1 and runner_cfg.kind == "threads":
-        rows, generator = task(cfg.data.datagen, dataset, context, cfg.store.root)
+        rows, generator = task(cfg.data.datagen, dataset, context, store_settings(cfg.store))
         return rows, generator, None
     # Partitions load the parent version themselves: a Ray worker may be on another host.
-    shared = {"datagen": cfg.data.datagen, "dataset": None, "store_root": cfg.store.root}
+    shared = {"datagen": cfg.data.datagen, "dataset": None, "store_root": store_settings(cfg.store)}
     with build_task_runner(runner_cfg, count) as runner, partition_resources(runner_cfg):
         futures = [runner.submit(task.with_options(task_run_name=f"generate-{p.partition}-of-"
                                                                  f"{count}"),

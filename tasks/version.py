@@ -21,12 +21,13 @@ from dyngen.report.history import history_of
 from dyngen.report.trend import trend_markdown
 from dyngen.round import commit_round
 from dyngen.store import PendingCommit, Store, VersionRecord
+from dyngen.store.location import StoreSpec
 
 
 @task(name="version", cache_policy=NO_CACHE)
-def commit_version(store_root: str, pending: PendingCommit) -> VersionRecord:
+def commit_version(store_root: StoreSpec, pending: PendingCommit) -> VersionRecord:
     """Commit atomically (rebasing over concurrent commits); on failure remove the shards."""
-    return commit_round(Store(store_root), pending)
+    return commit_round(Store.from_config(store_root), pending)
 
 
 def asset_key(dataset: str, version: int) -> str:

@@ -32,7 +32,8 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("DYNGEN_STORE_ROOT", raising=False)
     cfg = load_config()
     assert OmegaConf.to_container(cfg, resolve=True) == {
-        "store": {"root": "dyngen_store"},
+        "store": {"root": "dyngen_store", "storage_options": {}, "single_writer": False,
+                  "cache_dir": None},
         "data": {
             "prompt_key": "prompt",
             "max_prompt_length": 512,
@@ -376,7 +377,7 @@ def test_wrong_type_in_file(tmp_path: Path, text: str, expected: str) -> None:
             "round.retry_delay_seconds: expected a number >= 0, found -1.0",
         ),
         ("data.prompt_key=''", "data.prompt_key: expected a non-empty column name, found ''"),
-        ("store.root=' '", "store.root: expected a non-empty directory path, found ' '"),
+        ("store.root=' '", "store.root: expected a non-empty directory path or URL, found ' '"),
         ("data.datagen.name=''", "data.datagen.name: expected a generator class name, found ''"),
         (
             "round.filters=[{path: pkg://f}]",

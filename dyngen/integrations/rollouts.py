@@ -22,6 +22,7 @@ from typing import Any
 import datasets
 
 from dyngen.store import Store
+from dyngen.store.location import local_folder_for
 from dyngen.store.names import validate_name
 
 ROLLOUTS_DIR = "rollouts"
@@ -34,8 +35,10 @@ def event_id_for(run_id: str, step: int) -> str:
 
 
 def rollouts_dir(store_root: str | os.PathLike[str], dataset: str, run: str) -> Path:
-    """`<store root>/rollouts/<dataset>/<run>`: where a run's rollouts files go."""
-    return Path(store_root) / ROLLOUTS_DIR / validate_name(dataset) / safe_run_name(run)
+    """`<store root>/rollouts/<dataset>/<run>` (for a URL root, under its local folder,
+    see dyngen.store.location.local_folder_for): where a run's rollouts files go."""
+    return (local_folder_for(store_root) / ROLLOUTS_DIR / validate_name(dataset)
+            / safe_run_name(run))
 
 
 def safe_run_name(run: str) -> str:

@@ -45,8 +45,9 @@ logger = logging.getLogger(__name__)
 RUN_FILE = "dyngen-run.json"  # in the trainer's output_dir: the run id a resume keeps
 
 
-def _store_root(store_root: str | os.PathLike[str] | None) -> Path:
-    return Path(store_root or os.environ.get("DYNGEN_STORE_ROOT") or "dyngen_store")
+def _store_root(store_root: str | os.PathLike[str] | None) -> str:
+    """The given root, else $DYNGEN_STORE_ROOT, else `dyngen_store` (a folder or a URL)."""
+    return os.fspath(store_root or os.environ.get("DYNGEN_STORE_ROOT") or "dyngen_store")
 
 
 class DyngenCallback(TrainerCallback):

@@ -1,11 +1,10 @@
-"""Every file operation of the store, behind one small interface: local files today.
+"""Every file operation of the store, behind one small interface; here, local files.
 
 The store names files by paths relative to its root (`"ds/_versions/…json"`) and never
-touches the OS directly, so a backend for object storage (fsspec: `s3://` with a
-conditional put for exclusive creation, `memory://`, a local cache of shards to
-memory-map) can replace `LocalBackend` without changing the store's logic. Files are
-immutable: the only write that replaces a file is `replace`, used for hints that are
-an optimisation and may be stale.
+touches the OS directly, so `FsspecBackend` (dyngen/store/remote.py: `s3://`, `gs://`,
+`memory://`, with a local cache of shards to memory-map) replaces `LocalBackend`
+without changing the store's logic. Files are immutable: the only write that replaces a
+file is `replace`, used for hints that are an optimisation and may be stale.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 Writer = Callable[[BinaryIO], None]
 # Told "written" once the temp file is durable and "linked" once it has its name: the
@@ -25,21 +24,71 @@ StageHook = Callable[[str], None]
 
 @dataclass(frozen=True)
 class FileInfo:
-    """Size and modification time of a stored file, and an identity that changes with it."""
+    """Size and modification time (seconds since the epoch) of a stored file."""
 
     size: int
     mtime: float
-    identity: tuple[int, int, int]  # (inode, size, mtime_ns): a replaced file differs
 
 
-class LocalBackend:
+class Backend(Protocol):
+    """What the store needs of a backend (LocalBackend, remote.FsspecBackend)."""
+
+    root: Path | str  # a local folder, or the store's URL
+    exclusive_create: str | None  # how a file is created only if absent; None: no way
+
+    def describe(self, rel: str) -> str: ...
+    def local_copy(self, rel: str, *, sha256: str | None = None, size: int | None = None,
+                   name: str | None = None) -> Path: ...
+    def write_new(self, rel: str, data: bytes | Writer, *,
+                  hook: StageHook | None = None) -> None: ...
+    def create_exclusive(self, rel: str, data: bytes) -> bool: ...
+    def replace(self, rel: str, data: bytes) -> None: ...
+    def read_bytes(self, rel: str) -> bytes: ...
+    def exists(self, rel: str) -> bool: ...
+    def stat(self, rel: str) -> FileInfo: ...
+    def list(self, folder: str) -> list[str]: ...
+    def list_dirs(self, folder: str) -> list[str]: ...
+    def delete(self, rel: str) -> bool: ...
+
+
+class ExclusiveCreate:
+    """`create_exclusive` for a backend from its `write_new`."""
+
+    def write_new(self, rel: str, data: bytes | Writer, *,
+                  hook: StageHook | None = None) -> None:
+        """Create `rel` with `data`; FileExistsError if it exists."""
+        raise NotImplementedError
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create a small file durably unless it exists; tell whether this call created it."""
+        try:
+            self.write_new(rel, data)
+        except FileExistsError:
+            return False
+        return True
+
+
+class LocalBackend(ExclusiveCreate):
     """Files under one local folder; paths are POSIX-style and relative to it."""
+
+    # A hard link never replaces a file: exclusive creation is atomic across processes.
+    exclusive_create = "hard link (os.link)"
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def local_path(self, rel: str) -> Path:
-        """A local path of `rel` that can be memory-mapped (the file itself, locally)."""
+    def describe(self, rel: str) -> str:
+        """Where `rel` is, for messages (an absolute path)."""
+        return str(self.root / rel)
+
+    def local_copy(self, rel: str, *, sha256: str | None = None, size: int | None = None,
+                   name: str | None = None) -> Path:
+        """A local path of `rel` that can be memory-mapped: the file itself.
+
+        `sha256`, `size` (what the record expects) and `name` (a cache name) matter only
+        to a remote backend, which fetches the file into its cache; callers check the
+        file they get.
+        """
         return self.root / rel
 
     def write_new(self, rel: str, data: bytes | Writer, *,
@@ -51,16 +100,8 @@ class LocalBackend:
         replaces a file that exists. The folder is fsynced so the name survives too.
         """
         path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{path.name}")
+        tmp = durable_temp(path, data)
         try:
-            with open(tmp, "xb") as fh:
-                if callable(data):
-                    data(fh)
-                else:
-                    fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
             if hook is not None:
                 hook("written")
             os.link(tmp, path)
@@ -70,24 +111,11 @@ class LocalBackend:
             tmp.unlink(missing_ok=True)
         _fsync_dir(path.parent)
 
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create a small file durably unless it exists; tell whether this call created it."""
-        try:
-            self.write_new(rel, data)
-        except FileExistsError:
-            return False
-        return True
-
     def replace(self, rel: str, data: bytes) -> None:
         """Atomically set the content of a small mutable hint file (readers see old or new)."""
         path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{path.name}")
+        tmp = durable_temp(path, data)
         try:
-            with open(tmp, "xb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -104,7 +132,7 @@ class LocalBackend:
     def stat(self, rel: str) -> FileInfo:
         """Size and mtime of `rel`; FileNotFoundError if it does not exist."""
         st = os.stat(self.root / rel)
-        return FileInfo(st.st_size, st.st_mtime, (st.st_ino, st.st_size, st.st_mtime_ns))
+        return FileInfo(st.st_size, st.st_mtime)
 
     def list(self, folder: str) -> list[str]:
         """Names of the files directly inside `folder` (none if it does not exist)."""
@@ -129,6 +157,24 @@ class LocalBackend:
         except FileNotFoundError:
             return False
         return True
+
+
+def durable_temp(path: Path, data: bytes | Writer) -> Path:
+    """Write `data` to a new fsynced temp file beside `path` (creating its folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex[:12]}-{path.name}")
+    try:
+        with open(tmp, "xb") as fh:
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
 
 
 def _fsync_dir(folder: Path) -> None:

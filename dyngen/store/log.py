@@ -23,7 +23,7 @@ from typing import Any
 
 from dyngen.errors import CorruptionError
 from dyngen.faults import crash_point
-from dyngen.store.backend import LocalBackend
+from dyngen.store.backend import Backend
 from dyngen.store.records import LogEntry
 from dyngen.store.state import LogState, apply
 
@@ -40,7 +40,7 @@ _STATE_CACHE = 8
 class VersionLog:
     """Reads and appends the log of one dataset through a storage backend."""
 
-    def __init__(self, backend: LocalBackend, dataset: str,
+    def __init__(self, backend: Backend, dataset: str,
                  checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
         self.backend = backend
         self.dataset = dataset
@@ -110,7 +110,7 @@ class VersionLog:
         if cached is not None:
             self._entries.move_to_end(version)
             return cached
-        origin = str(self.backend.local_path(self.record_rel(version)))
+        origin = self.backend.describe(self.record_rel(version))
         entry = LogEntry.from_json(self.read_text(version), origin)
         if entry.version != version or entry.dataset != self.dataset:
             raise CorruptionError(

@@ -37,11 +37,11 @@ def verify(store: StoreReader, name: str, progress: Bar = QUIET) -> list[Problem
 
     Streams through the log: memory holds one version's state and the shards seen.
     """
-    fresh = StoreReader(store.root)  # bypass cached records: verify reads what is on disk now
+    fresh = store.fresh()  # bypass cached records: verify reads what is stored now
     log = fresh.log(name)
     numbers = log.versions()
     if not numbers:
-        return [Problem(None, str(fresh.dataset_dir(name) / VERSIONS_DIR),
+        return [Problem(None, f"{fresh.dataset_dir(name)}/{VERSIONS_DIR}",
                         "no committed version")]
     problems: list[Problem] = []
     if numbers != list(range(len(numbers))):
@@ -124,8 +124,13 @@ def _check_shard(store: StoreReader, name: str, version: int, info: ShardInfo,
                  schema_json: dict | None) -> str | None:
     try:
         path = store.shard_path(name, info, version)
+        stored = store.backend.stat(store.shard_rel(name, info, version))
     except CorruptionError as exc:
         return str(exc)
+    except FileNotFoundError:
+        return f"shard {info.path} is missing"
+    if stored.size != info.bytes:  # the stored file itself, not a cached copy
+        return f"shard {info.path} has {stored.size} bytes, its record says {info.bytes}"
     problem = sh.check_shard(path, info, checksum=False)
     if problem is None:
         actual = sh.file_sha256(path)
@@ -163,7 +168,7 @@ def gc(store: StoreReader, name: str, *, grace_seconds: float = DEFAULT_GC_GRACE
     The grace period protects a round in flight: its shard exists before its commit.
     Refuses to run when a record it needs is unreadable, since it could not tell live data.
     """
-    fresh = StoreReader(store.root)
+    fresh = store.fresh()
     head = fresh.state(name)
     now = time.time()
     live = live_files(fresh, name,

@@ -11,9 +11,9 @@ import hashlib
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,8 @@ from dyngen.errors import (
 )
 from dyngen.store import keys as pk
 from dyngen.store import shards as sh
-from dyngen.store.backend import LocalBackend
+from dyngen.store.backend import Backend
+from dyngen.store.location import open_backend, store_settings
 from dyngen.store.log import DEFAULT_CHECKPOINT_INTERVAL, VERSIONS_DIR, VersionLog
 from dyngen.store.names import validate_name
 from dyngen.store.records import LogEntry, ShardInfo, VersionRecord
@@ -38,6 +39,7 @@ _SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.(arrow|k
 REJECTED_SCHEMA = pa.schema([("reason", pa.string()), ("detail", pa.string()),
                              ("row", pa.string())])
 _RECORD_CACHE = 1024
+_R = TypeVar("_R", bound="StoreReader")
 
 if TYPE_CHECKING:
     import datasets
@@ -47,26 +49,58 @@ class StoreReader:
     """Datasets under one root folder, each a log of immutable versions: the read side."""
 
     def __init__(self, root: str | os.PathLike[str], *,
-                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
+                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+                 storage_options: Mapping[str, Any] | None = None,
+                 single_writer: bool = False,
+                 cache_dir: str | os.PathLike[str] | None = None) -> None:
         if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) \
                 or checkpoint_interval < 1:
             raise ValueError(f"checkpoint_interval: expected an integer >= 1, found "
                              f"{checkpoint_interval!r}")
-        self.root = Path(root).resolve()
-        self.backend = LocalBackend(self.root)
+        self.backend: Backend = open_backend(root, storage_options=storage_options,
+                                             single_writer=single_writer, cache_dir=cache_dir)
+        # A local folder (Path), or the store's URL (str) on object storage.
+        self.root: Path | str = self.backend.root
         self.checkpoint_interval = checkpoint_interval
         self._logs: dict[str, VersionLog] = {}
         self._records: OrderedDict[tuple[str, int], VersionRecord] = OrderedDict()
 
+    @classmethod
+    def from_config(cls: type[_R], store: Any, **kwargs: Any) -> _R:
+        """The store a config's `store` section, a `store_settings` dict or a root names."""
+        return cls(**store_settings(store), **kwargs)
+
+    def fresh(self) -> StoreReader:
+        """A reader of the same store without this one's caches (reads what is there now)."""
+        reader = StoreReader.__new__(StoreReader)
+        reader.backend, reader.root = self.backend, self.root
+        reader.checkpoint_interval = self.checkpoint_interval
+        reader._logs, reader._records = {}, OrderedDict()
+        return reader
+
     # ---- paths -------------------------------------------------------------------
-    def dataset_dir(self, name: str) -> Path:
-        """The folder of dataset `name` (validated: always a direct child of the root)."""
-        return self.root / validate_name(name)
+    def dataset_dir(self, name: str) -> Path | str:
+        """The folder of dataset `name` (validated: always a direct child of the root): a
+        Path on a local store, the folder's URL on a remote one."""
+        if isinstance(self.root, Path):
+            return self.root / validate_name(name)
+        return self.backend.describe(validate_name(name))
+
+    def dataset_exists(self, name: str) -> bool:
+        """Whether the root holds a folder for dataset `name` (committed or damaged)."""
+        name = validate_name(name)
+        return bool(self.backend.list_dirs(name) or self.backend.list(name))
 
     def shard_path(self, name: str, info: ShardInfo, version: int | None = None, *,
                    rel: str | None = None) -> Path:
-        """Absolute path of a shard (or its file `rel`), refusing anything outside the dataset."""
-        return self.backend.local_path(self.shard_rel(name, info, version, rel=rel))
+        """A local path of a shard (or its file `rel`) to memory-map: the file itself, or its
+        copy in the shard cache for a remote store; refuses anything outside the dataset."""
+        where = self.shard_rel(name, info, version, rel=rel)
+        if rel is None or rel == info.path:
+            return self.backend.local_copy(where, sha256=info.sha256, size=info.bytes)
+        # The prompt-key file of a shard: named by the shard's hash and its own name.
+        return self.backend.local_copy(where, size=8 * info.rows,
+                                       name=f"{info.sha256}-{rel.rsplit('/', 1)[-1]}")
 
     def shard_rel(self, name: str, info: ShardInfo, version: int | None = None, *,
                   rel: str | None = None) -> str:

@@ -7,6 +7,7 @@ commands that only read the log (`dyngen log`) start in a fraction of a second.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import pyarrow as pa
 
 from dyngen.errors import SchemaMismatchError
-from dyngen.store.backend import LocalBackend
+from dyngen.store.backend import Backend
 from dyngen.store.records import ShardInfo
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def _is_list(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
-def write_shard(backend: LocalBackend, rel: str, table: pa.Table) -> ShardInfo:
+def write_shard(backend: Backend, rel: str, table: pa.Table) -> ShardInfo:
     """Write `table` as a new immutable shard `rel` (which must not exist); hash as it goes."""
     if table.num_rows and len(table.to_batches()) > -(-table.num_rows // _BATCH_ROWS):
         # Many small chunks (rows gathered from many shards) would make a reader walk
@@ -234,14 +235,25 @@ def check_shard(path: Path, info: ShardInfo, *, checksum: bool = True) -> str | 
         return f"shard {info.path} has {st.st_size} bytes, its record says {info.bytes}"
     if not checksum:
         return None
-    identity = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
-    if identity in _verified:
+    if is_verified(path, st):
         return None
     actual = file_sha256(path)
     if actual != info.sha256:
         return f"shard {info.path} checksum is {actual[:12]}…, its record says {info.sha256[:12]}…"
-    _verified.add(identity)
+    mark_verified(path, st)
     return None
+
+
+def is_verified(path: Path, st: os.stat_result | None = None) -> bool:
+    """Whether this file, unchanged since, matched its record's checksum in this process."""
+    st = st or path.stat()
+    return (str(path), st.st_ino, st.st_size, st.st_mtime_ns) in _verified
+
+
+def mark_verified(path: Path, st: os.stat_result | None = None) -> None:
+    """Remember that this file (while unchanged) matches its record's checksum."""
+    st = st or path.stat()
+    _verified.add((str(path), st.st_ino, st.st_size, st.st_mtime_ns))
 
 
 def open_table(path: Path) -> MemoryMappedTable:

@@ -1,4 +1,8 @@
-"""Behaviour of the versioned store on real files: versions, reads, conflicts, idempotency."""
+"""Behaviour of the versioned store: versions, reads, conflicts, idempotency.
+
+`store` and `open_store` (tests/store/conftest.py) run each test on a local folder,
+`memory://` and S3 (moto's server); tests that damage files or race processes stay local.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def local_store(tmp_path: Path) -> Store:
     return Store(tmp_path / "root")
 
 
@@ -63,7 +67,9 @@ def test_load_memory_maps_shards(store: Store) -> None:
     store.append("ds", verl_rows(50, start=50))
     ds = store.load("ds")
     assert len(ds.cache_files) == 2
-    assert all(f["filename"].startswith(str(store.root)) for f in ds.cache_files)
+    # A remote store's shards are mapped from the local cache, a local store's in place.
+    folder = store.root if isinstance(store.root, Path) else store.backend.cache.folder
+    assert all(f["filename"].startswith(str(folder)) for f in ds.cache_files)
 
 
 def test_restore_commits_a_new_version_equal_to_an_old_one(store: Store) -> None:
@@ -98,18 +104,18 @@ def test_missing_dataset_and_existing_dataset_errors(store: Store) -> None:
 def test_shard_without_commit_leaves_head_unchanged_and_gc_removes_it(store: Store) -> None:
     store.create("ds", verl_rows(2))
     pending = store.prepare_append("ds", verl_rows(2, start=2))
-    orphan = store.dataset_dir("ds") / pending.new_shards[0].path
-    assert orphan.exists()
+    orphan = f"ds/{pending.new_shards[0].path}"
+    assert store.backend.exists(orphan)
     assert store.head("ds").version == 0
     assert indices(store.load("ds")) == [0, 1]
     assert gc(store, "ds") == []  # inside the grace period: a round may still be in flight
     assert gc(store, "ds", grace_seconds=0) == sorted(pending.new_shards[0].files)
-    assert not orphan.exists()
+    assert not store.backend.exists(orphan)
     assert verify(store, "ds") == []
 
 
-def test_two_writers_on_one_parent_one_conflicts_then_rebases(tmp_path: Path) -> None:
-    a, b = Store(tmp_path), Store(tmp_path)
+def test_two_writers_on_one_parent_one_conflicts_then_rebases(open_store) -> None:
+    a, b = open_store(), open_store()
     a.create("ds", verl_rows(1))
     pa_ = a.prepare_append("ds", verl_rows(1, start=1))
     pb = b.prepare_append("ds", verl_rows(1, start=2))
@@ -170,8 +176,8 @@ def test_same_idempotency_key_twice_commits_once(store: Store) -> None:
     assert gc(store, "ds", grace_seconds=0) == []  # the duplicate's shard was not left behind
 
 
-def test_idempotency_key_is_found_after_a_conflict(tmp_path: Path) -> None:
-    a, b = Store(tmp_path), Store(tmp_path)
+def test_idempotency_key_is_found_after_a_conflict(open_store) -> None:
+    a, b = open_store(), open_store()
     a.create("ds", verl_rows(1))
     pa_ = a.prepare_append("ds", verl_rows(1, start=1), idempotency_key="k")
     pb = b.prepare_append("ds", verl_rows(1, start=1), idempotency_key="k")
@@ -225,15 +231,16 @@ def test_a_failed_quarantine_write_leaves_no_data_shard_behind(store: Store) -> 
     with pytest.raises(SchemaMismatchError, match="rejected rows need a 'reason' column"):
         store.prepare_append("ds", verl_rows(2, start=1), rejected=[{"row": "{}"}])
     assert store.head("ds").version == 0
-    assert sorted(p.name for p in (store.root / "ds" / "data").iterdir()) == sorted(
+    assert sorted(store.backend.list("ds/data")) == sorted(
         f.split("/")[1] for s in store.head("ds").shards for f in s.files)
 
 
-def test_idempotency_lookup_and_recent_history_read_few_records(store: Store) -> None:
+def test_idempotency_lookup_and_recent_history_read_few_records(open_store) -> None:
+    store = open_store()
     store.create("ds", verl_rows(1))
     for v in range(1, 6):
         store.append("ds", verl_rows(1, start=v), idempotency_key=f"event:{v}")
-    fresh = Store(store.root)
+    fresh = open_store()
     assert fresh.find_idempotency_key("ds", "event:2").version == 2
     assert fresh.find_idempotency_key("ds", "event:9") is None
     assert sorted(v for _, v in fresh._records) == [2]  # the others were not parsed
@@ -241,7 +248,8 @@ def test_idempotency_lookup_and_recent_history_read_few_records(store: Store) ->
     assert [r.version for r in fresh.history("ds")] == [0, 1, 2, 3, 4, 5]
 
 
-def test_idempotency_lookup_still_refuses_a_truncated_record(store: Store) -> None:
+def test_idempotency_lookup_still_refuses_a_truncated_record(local_store: Store) -> None:
+    store = local_store
     store.create("ds", verl_rows(1))
     store.append("ds", verl_rows(1, start=1), idempotency_key="event:1")
     store.append("ds", verl_rows(1, start=2))
