@@ -22,7 +22,9 @@ DEPLOYMENT = "on-batch-end-two-workers"
 def deployment_file(tmp_path: Path, log: Path) -> Path:
     """The repository's prefect.yaml, on this test's pool, with a slow logging generator."""
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
-    (deployment,) = spec["deployments"]
+    # Only the round's deployment (prefect.yaml also holds the store-maintenance one).
+    (deployment,) = [d for d in spec["deployments"] if d["name"] == "on-batch-end"]
+    spec["deployments"] = [deployment]
     deployment["name"] = DEPLOYMENT
     deployment["work_pool"]["name"] = POOL
     deployment["parameters"]["config"] = {
