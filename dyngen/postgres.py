@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dyngen.errors import PrefectServerError
-from dyngen.local_server import free_port, spawn, stop
+from dyngen.processes import free_port, spawn, stop
 
 UNPRIVILEGED_USER = "nobody"
 SUPERUSER = "dyngen"  # the cluster's own superuser role, not a system account

@@ -9,7 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from dyngen.filters import FilterOutcome
-from dyngen.round import build_filters, filter_rows
+from dyngen.filters.chain import build_filters, filter_rows
 from dyngen.store import Store, VersionRecord
 
 

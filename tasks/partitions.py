@@ -13,7 +13,6 @@ import datasets
 from omegaconf import DictConfig
 from prefect.futures import wait
 
-from dyngen.filters import RowBatch
 from dyngen.partitions import (
     partition_contexts,
     partitions_lineage,
@@ -21,6 +20,7 @@ from dyngen.partitions import (
     union_rows,
 )
 from dyngen.round import RoundContext
+from dyngen.rows import RowBatch
 from dyngen.store.location import store_settings
 from dyngen.task_runners import build_task_runner, partition_resources
 from tasks.generate import configured
