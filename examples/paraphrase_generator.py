@@ -16,6 +16,7 @@ from typing import Any
 
 import datasets
 
+from dyngen.context import RoundContext
 from generators.base import AbstractDataGenerator
 
 TEMPLATES = ["Please solve: {q}", "{q} Think step by step.", "Here is a problem. {q}"]
@@ -24,7 +25,7 @@ TEMPLATES = ["Please solve: {q}", "{q} Think step by step.", "Here is a problem.
 class ParaphraseHardest(AbstractDataGenerator):
     """New wordings of the `k` newest tasks, one template further each round."""
 
-    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+    def generate(self, dataset: Any, context: RoundContext | None = None) -> datasets.Dataset:
         rows = getattr(dataset, "dataframe", dataset)  # verl passes a wrapper
         k = int((self.config or {}).get("k", 4))
         # the round's memory: which template comes next (kept in the dataset's lineage)

@@ -15,6 +15,7 @@ from typing import Any
 
 import datasets
 
+from dyngen.context import RoundContext
 from generators.base import AbstractDataGenerator
 
 SOURCE = "dyngen-arithmetic"
@@ -70,7 +71,7 @@ class ArithmeticCurriculum(AbstractDataGenerator):
     ("score"), start_level (1), seed (0). Without a score the level stays.
     """
 
-    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+    def generate(self, dataset: Any, context: RoundContext | None = None) -> datasets.Dataset:
         """New tasks at the level the last batch's score calls for."""
         cfg = self.config or {}
         previous = (context.previous_state if context is not None else None) or {}

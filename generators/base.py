@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import datasets
 from omegaconf import DictConfig
+
+from dyngen.context import RoundContext
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +34,29 @@ def rows_of(dataset: GeneratorInput) -> datasets.Dataset:
 class AbstractDataGenerator(ABC):
     """Makes new training rows from the current dataset; built with the ``datagen`` config.
 
-    A generator that needs memory across rounds sets ``self.state`` (a JSON-able dict) in
-    ``generate``; the round records it in the version's lineage and hands it back as
-    ``context.previous_state`` next time, in this process or after a restart.
+    The round reads two mappings a generator may set in ``generate`` and records both in
+    the version's lineage: ``state`` (JSON-able memory across rounds, handed back as
+    ``context.previous_state`` next time, in this process or after a restart) and
+    ``stats`` (a few counts, e.g. proposed / kept / dropped by reason).
     """
+
+    state: dict[str, Any] | None = None
+    stats: dict[str, Any] | None = None
+    # Set by the round before `generate`, for generators written before `context=`.
+    round_context: RoundContext | None = None
 
     def __init__(self, config: DictConfig | None) -> None:
         self.config = config
 
     @abstractmethod
-    def generate(self, dataset: GeneratorInput) -> datasets.Dataset:
-        """Return only the NEW rows, in verl's schema; never modify ``dataset``."""
+    def generate(self, dataset: GeneratorInput,
+                 context: RoundContext | None = None) -> datasets.Dataset:
+        """Return only the NEW rows, in verl's schema; never modify ``dataset``.
+
+        ``context`` is the round's (dataset, round, trigger, previous_state, partition);
+        None outside a round. A subclass may leave it out (verl's signature): the round
+        passes it only to a ``generate`` that declares it.
+        """
 
 
 class MockDataGenerator(AbstractDataGenerator):

@@ -38,6 +38,7 @@ from typing import Any
 
 import datasets
 
+from dyngen.context import RoundContext
 from dyngen.errors import ConfigError
 from generators.base import AbstractDataGenerator, rows_of
 from generators.proposer.arithmetic import normalise
@@ -93,7 +94,7 @@ class ProposerGenerator(AbstractDataGenerator):
                               f"{cfg['verify_agreement']!r}.")
         return cfg
 
-    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+    def generate(self, dataset: Any, context: RoundContext | None = None) -> datasets.Dataset:
         """New rows with verified labels; sampling repeats (max_passes) until min_rows."""
         cfg = self.settings()
         rows = rows_of(dataset)
