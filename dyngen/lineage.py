@@ -16,7 +16,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dyngen.context import Trigger
+from dyngen.context import RoundContext, Trigger
+from dyngen.filters.base import FilterOutcome
 from dyngen.store import LogEntry, Store, VersionRecord
 
 LOG_CHUNK = 500  # versions per table of `dyngen log --all`
@@ -55,6 +56,18 @@ class RoundLineage:
         if self.partitions:
             out["partitions"] = self.partitions
         return out
+
+
+def round_lineage(context: RoundContext, generator: dict[str, Any], generated: int,
+                  outcome: FilterOutcome, timings: Mapping[str, float], *,
+                  run_id: Any = None, run_name: str | None = None,
+                  partitions: dict[str, Any] | None = None) -> RoundLineage:
+    """The lineage of the round `context` describes, from what its stages returned."""
+    counts = RoundCounts(generated=generated, kept=len(outcome.kept),
+                         rejected=outcome.rejected_by_reason)
+    return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
+                        counts=counts, flow_run_id=str(run_id) if run_id else None,
+                        flow_run_name=run_name, timings=dict(timings), partitions=partitions)
 
 
 # ---- the round's log line ---------------------------------------------------------------

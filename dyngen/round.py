@@ -9,18 +9,19 @@ from __future__ import annotations
 import inspect
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import datasets
 from omegaconf import DictConfig
 
-from dyngen.config import config_hash
+from dyngen.config import config_hash, load_config
 from dyngen.context import RoundContext, Trigger
 from dyngen.filters.chain import build_filters, filter_rows
 from dyngen.filters.overlong import load_tokenizer
 from dyngen.plugins import qualified_name
+from dyngen.rollouts import RolloutsPolicy
 from dyngen.rows import RowBatch, rows_from_output
 from dyngen.store import CompactionPolicy, PendingCommit, Store, VersionRecord
 from dyngen.store.names import validate_name
@@ -28,6 +29,27 @@ from dyngen.store.names import validate_name
 # Moved to their own modules; importable from here as before.
 __all__ = ["RoundContext", "Trigger", "build_filters", "filter_rows", "load_tokenizer",
            "rows_from_output"]
+
+
+# ---- before the stages ---------------------------------------------------------------
+def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
+                 overrides: Sequence[str] = ()) -> tuple[DictConfig, Trigger, RolloutsPolicy]:
+    """What a round is asked, validated before anything runs: the dataset name, the config,
+    the trigger, and where its rollouts file may be (the config's folders, never the
+    event's: a path outside them, a FIFO or too large a file fails here)."""
+    validate_name(dataset)
+    cfg = load_config(overrides=list(overrides), base=config)
+    trig = Trigger.parse(trigger)
+    rollouts = RolloutsPolicy.from_config(cfg)
+    if trig.rollouts is not None:
+        rollouts.check(trig.rollouts)
+    return cfg, trig, rollouts
+
+
+def committed_for(store: Store, dataset: str, trigger: Trigger) -> VersionRecord | None:
+    """The version a round with this trigger already committed, if any (its idempotency)."""
+    key = trigger.idempotency_key(dataset)
+    return store.find_idempotency_key(dataset, key) if key else None
 
 
 # ---- stages ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from prefect.client.schemas.filters import (
     ArtifactFilterKey,
 )
 
+from dyngen.faults import crash_point
 from dyngen.lineage import history_row, round_markdown
 from dyngen.report.history import history_of
 from dyngen.report.trend import trend_markdown
@@ -27,7 +28,9 @@ from dyngen.store.location import StoreSpec
 @task(name="version", cache_policy=NO_CACHE)
 def commit_version(store_root: StoreSpec, pending: PendingCommit) -> VersionRecord:
     """Commit atomically (rebasing over concurrent commits); on failure remove the shards."""
-    return commit_round(Store.from_config(store_root), pending)
+    record = commit_round(Store.from_config(store_root), pending)
+    crash_point("round.after_version")
+    return record
 
 
 def asset_key(dataset: str, version: int) -> str:

@@ -41,11 +41,11 @@ import datasets
 from dyngen.context import RoundContext
 from dyngen.errors import ConfigError
 from generators.base import AbstractDataGenerator, rows_of
-from generators.proposer.arithmetic import normalise
 from generators.proposer.checking import Proposal, parse_proposal
 from generators.proposer.model import load_model
 from generators.proposer.sampling import propose, seed_int
 from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.text import normalise
 from generators.proposer.verifying import verify
 
 logger = logging.getLogger(__name__)
