@@ -24,7 +24,7 @@ import httpx
 from dyngen.errors import ConfigError, PrefectServerError
 
 # Re-exported: the demo, the benchmarks and the tests start their processes from here.
-from dyngen.processes import free_port, spawn, stop
+from dyngen.processes import OwnedProcess, free_port, spawn
 from dyngen.server_auth import AUTH_HINT, auth_headers
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 @dataclass
-class LocalServer:
+class LocalServer(OwnedProcess):
     """`prefect server start` on 127.0.0.1, its database under `home`: SQLite (a file) or
     PostgreSQL (a local cluster in `home/postgres`, see dyngen/postgres.py); basic auth if
     `auth_string`."""
@@ -261,8 +261,6 @@ class LocalServer:
 
     def stop(self) -> None:
         """Stop the server, then its database, by their PIDs."""
-        if self.process is not None:
-            stop(self.process)
-            self.process = None
+        self.stop_process()
         if self.postgres is not None:
             self.postgres.stop()

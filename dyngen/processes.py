@@ -51,3 +51,15 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     # Children that outlived the leader (e.g. a flow run) share its group id.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+class OwnedProcess:
+    """Something that starts one child process of ours (`self.process`) and stops it."""
+
+    process: subprocess.Popen[bytes] | None = None
+
+    def stop_process(self) -> None:
+        """Stop the child and its group by PID, if it runs; then forget it."""
+        if self.process is not None:
+            stop(self.process)
+            self.process = None
