@@ -76,14 +76,10 @@ DEFAULTS: dict[str, Any] = {
 class ProposerGenerator(AbstractDataGenerator):
     """New verified tasks written by a causal LM from the hardest recent tasks."""
 
-    def settings(self) -> dict[str, Any]:
-        """The config (data.datagen) over DEFAULTS; an unknown key is an error (a typo)."""
-        given = dict(self.config or {})
-        unknown = sorted(set(given) - set(DEFAULTS) - {"path", "name"})
-        if unknown:
-            raise ConfigError(f"data.datagen has unknown keys {unknown} for ProposerGenerator; "
-                              f"expected some of {sorted(DEFAULTS)}.")
-        cfg = {**DEFAULTS, **given}
+    defaults = DEFAULTS
+
+    def check_settings(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """The methods are known ones, and verification's numbers are in range."""
         for key, allowed in (("methods", METHODS), ("unverified_methods", METHODS[2:])):
             if isinstance(cfg[key], str) or not set(cfg[key]) <= set(allowed):
                 raise ConfigError(f"data.datagen.{key}: expected a list of some of "
