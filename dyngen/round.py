@@ -1,7 +1,9 @@
-"""A generation round's core, free of Prefect: trigger, context, stages and lineage.
+"""A generation round's core, free of Prefect: its inputs, its stages, its generator.
 
 The stages (load → generate → filter → concat → version) are plain functions here;
-`tasks/` wraps each in a Prefect task and `flows/generation_round.py` chains them.
+`tasks/` wraps each in a Prefect task and `flows/generation_round.py` chains them. The
+trigger and context are in `dyngen.context`, the filter chain in `dyngen.filters.chain`,
+the round's lineage and its renderings in `dyngen.lineage`.
 """
 
 from __future__ import annotations
