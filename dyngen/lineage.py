@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from dyngen.context import RoundContext, Trigger
-from dyngen.filters.base import FilterOutcome
 from dyngen.store import LogEntry, Store, VersionRecord
+
+if TYPE_CHECKING:  # the CLI imports this module; datasets (via the filters) stays unloaded
+    from dyngen.filters.base import FilterOutcome
 
 LOG_CHUNK = 500  # versions per table of `dyngen log --all`
 
