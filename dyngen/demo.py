@@ -23,7 +23,8 @@ from rich.console import Console
 
 from dyngen.events import emit_batch_end, trigger_name
 from dyngen.lineage import history_table
-from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.local_server import LocalServer, wait_for_automation
+from dyngen.processes import spawn, stop
 from dyngen.report import write_report
 from dyngen.store import Store, VersionRecord, verify
 from dyngen.verl_format import import_files

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import httpx
 
 from dyngen.errors import ConfigError, PrefectServerError
-
-# Re-exported: the demo, the benchmarks and the tests start their processes from here.
-from dyngen.processes import OwnedProcess, free_port, spawn
+from dyngen.processes import OwnedProcess, spawn
+from dyngen.processes import free_port as free_port  # re-exported, as before
+from dyngen.processes import stop as stop  # re-exported, as before
 from dyngen.server_auth import AUTH_HINT, auth_headers
 
 if TYPE_CHECKING:
