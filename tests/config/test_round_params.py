@@ -51,9 +51,9 @@ def test_round_params_refuse_a_config_that_is_not_a_mapping() -> None:
 def test_store_root_given_then_environment_then_default(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DYNGEN_STORE_ROOT", raising=False)
-    assert store_root() == Path("dyngen_store")
-    monkeypatch.setenv("DYNGEN_STORE_ROOT", "/env/store")
-    assert store_root() == Path("/env/store")
-    assert store_root("/given") == Path("/given")
+    assert store_root() == "dyngen_store"
+    monkeypatch.setenv("DYNGEN_STORE_ROOT", "s3://bucket/store")
+    assert store_root() == "s3://bucket/store"  # a URL stays a URL
+    assert store_root(Path("/given")) == "/given"
     # The config's default store.root follows the same rule.
     assert round_params()["store"]["root"] == os.environ["DYNGEN_STORE_ROOT"]
