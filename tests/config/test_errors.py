@@ -17,6 +17,13 @@ from tests.config.files import write_yaml
 # --- errors --------------------------------------------------------------------------------
 
 
+def file_error(tmp_path: Path, text: str) -> str:
+    """The ConfigError message of loading a config file holding `text`."""
+    with pytest.raises(ConfigError) as info:
+        load_config(write_yaml(tmp_path, text))
+    return str(info.value)
+
+
 def test_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError) as info:
@@ -45,11 +52,9 @@ def test_yaml_syntax_error_shows_the_line(tmp_path: Path) -> None:
 
 
 def test_unclosed_bracket_points_at_the_line_that_opened_it(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, "round:\n  filters: [\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert "line 2" in str(info.value)
-    assert "filters: [" in str(info.value)
+    message = file_error(tmp_path, "round:\n  filters: [\n")
+    assert "line 2" in message
+    assert "filters: [" in message
 
 
 def test_duplicate_key_in_yaml(tmp_path: Path) -> None:
@@ -65,14 +70,11 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
 
 
 def test_unknown_section_key_in_file_suggests_close_match(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, "data:\n  max_prompt_lenght: 512\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    message = str(info.value)
+    message = file_error(tmp_path, "data:\n  max_prompt_lenght: 512\n")
     assert "unknown key data.max_prompt_lenght" in message
     assert "found 'max_prompt_lenght'" in message
     assert "Did you mean data.max_prompt_length?" in message
-    assert str(path) in message
+    assert str(tmp_path / "dyngen.yaml") in message
 
 
 def test_unknown_top_level_key_suggests_close_match(tmp_path: Path) -> None:
@@ -234,11 +236,9 @@ def test_overrides_given_as_a_single_string() -> None:
 
 
 def test_broken_interpolation(tmp_path: Path) -> None:
-    path = write_yaml(tmp_path, "data:\n  tokenizer: ${oc.env:DYNGEN_TEST_UNSET_VARIABLE}\n")
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert "data.tokenizer: expected an interpolation that resolves" in str(info.value)
-    assert "DYNGEN_TEST_UNSET_VARIABLE" in str(info.value)
+    message = file_error(tmp_path, "data:\n  tokenizer: ${oc.env:DYNGEN_TEST_UNSET_VARIABLE}\n")
+    assert "data.tokenizer: expected an interpolation that resolves" in message
+    assert "DYNGEN_TEST_UNSET_VARIABLE" in message
 
 
 def test_interpolation_resolving_to_wrong_type(tmp_path: Path) -> None:
