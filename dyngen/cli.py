@@ -20,21 +20,19 @@ from typer.core import TyperGroup
 
 from dyngen import cli_maintenance, cli_rounds
 from dyngen.cli_support import (
-    ROOT_ENV,
     JsonOpt,
     Name,
     State,
     VersionOpt,
     add_row,
     get_state,
-    history_table,
-    log_tables,
     make_console,
     make_table,
-    short,
 )
 from dyngen.cli_trainers import emit_command, follow_command
 from dyngen.errors import DatasetNotFoundError, DyngenError
+from dyngen.lineage import history_table, log_tables, short
+from dyngen.locations import ROOT_ENV
 from dyngen.progress import progress_bar
 from dyngen.store import gc, verify
 from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN

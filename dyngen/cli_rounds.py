@@ -24,27 +24,21 @@ def round_(
              "folder is allowed for this run.")] = None,
 ) -> None:
     """Run one generation round now, as a Prefect flow run, and print what it committed."""
-    from omegaconf import OmegaConf
-
-    from dyngen.config import load_config
+    from dyngen.config import round_params
     from dyngen.local_server import ensure_prefect_api
     from flows.in_process import run_round
 
     state = get_state(ctx)
-    cfg = load_config(config or state.config_path, overrides or [])
-    if state.root is not None:
-        cfg.store.root = str(state.root)
+    # The user at this shell names the rollouts file, not an event: its folder is allowed
+    # for this one run (the size bound still holds).
+    rollouts = rollouts.resolve() if rollouts is not None else None
+    params = round_params(path=config or state.config_path, overrides=overrides or [],
+                          root=state.root, rollouts_dirs=[rollouts.parent] if rollouts else [])
     ensure_prefect_api()  # a temporary server, if any, starts now, patiently and announced
-    if rollouts is not None:
-        # The user at this shell names the file, not an event: its folder is allowed for
-        # this one run (the size bound still holds).
-        rollouts = rollouts.resolve()
-        cfg.round.rollouts_dirs = [*cfg.round.rollouts_dirs, str(rollouts.parent)]
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}
-    result = run_round(name, config=OmegaConf.to_container(cfg, resolve=True),
-                       trigger=trigger or None)
+    result = run_round(name, config=params, trigger=trigger or None)
     counts = result["counts"]
     if result["created"]:
         state.out.print(f"committed {name!r} version {result['version']} (parent "
@@ -75,20 +69,14 @@ def serve_(
                     "(round.retries + 1) x round.timeout_seconds + 300).")] = None,
 ) -> None:
     """Serve the generation round with its batch-end event trigger until interrupted."""
-    from omegaconf import OmegaConf
-
-    from dyngen.config import load_config
-    from dyngen.rollouts import absolute_dirs
-    from dyngen.store.location import absolute_root
+    from dyngen.config import round_params
     from flows.serve import serve_rounds
 
     state = get_state(ctx)
-    cfg = load_config(state.config_path, overrides or [])
-    if state.root is not None:
-        cfg.store.root = str(state.root)
-    cfg.store.root = absolute_root(cfg.store.root)  # runs start in other folders
-    cfg.round.rollouts_dirs = absolute_dirs(cfg.round.rollouts_dirs)
-    serve_rounds(dataset, OmegaConf.to_container(cfg, resolve=True), every_n_batches,
+    # Absolute: each run starts in another folder.
+    params = round_params(path=state.config_path, overrides=overrides or [], root=state.root,
+                          absolute=True)
+    serve_rounds(dataset, params, every_n_batches,
                  isolation=isolation, poll_seconds=poll_seconds,
                  max_round_seconds=max_round_seconds)
 

@@ -10,21 +10,26 @@ round (a Prefect event, or the round inline) and maps whatever version is commit
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import datasets
-from omegaconf import OmegaConf
 
-from dyngen.config import load_config
+from dyngen.config import round_params
 from dyngen.errors import ConfigError
 from dyngen.events import batch_end_payload, emit_batch_end
 from dyngen.local_server import ensure_prefect_api
 from dyngen.store import Store, VersionRecord
 
 Mode = Literal["emit", "inline"]
+# Runs one round: (dataset, config=plain config, trigger=plain trigger) → the round's summary.
+RoundRunner = Callable[..., dict[str, Any]]
+# The round run in this process (a Prefect flow run). Named, not imported: the core never
+# imports the Prefect layer; an inline dataset reaches it only when it runs a round.
+DEFAULT_ROUND_RUNNER = "flows.in_process:run_round"
 MODES: tuple[str, ...] = ("emit", "inline")
 
 logger = logging.getLogger(__name__)
@@ -35,7 +40,8 @@ class DyngenDataset:
 
     def __init__(self, store_root: str | os.PathLike[str], dataset: str, *, mode: Mode = "emit",
                  config: Mapping[str, Any] | None = None, every_n_batches: int = 1,
-                 metrics_fn: Callable[[Any], Mapping[str, float]] | None = None) -> None:
+                 metrics_fn: Callable[[Any], Mapping[str, float]] | None = None,
+                 round_runner: RoundRunner | None = None) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode: expected one of {', '.join(MODES)}, found {mode!r}. "
                               "Use 'emit' (a Prefect server runs rounds) or 'inline'.")
@@ -50,9 +56,11 @@ class DyngenDataset:
         self.mode: Mode = mode
         self.every_n_batches = every_n_batches
         self.metrics_fn = metrics_fn
+        self.round_runner = round_runner
         self.batches = 0
         # Inline rounds need a valid config now, not a failing round at every batch later.
-        self.round_config = _round_config(config, self.store) if mode == "inline" else None
+        self.round_config = (round_params(config, root=self.store.root) if mode == "inline"
+                             else None)
         self._record: VersionRecord = self.store.head(dataset)
         self._data: datasets.Dataset = self.store.load(dataset, self._record.version)
 
@@ -146,28 +154,18 @@ class DyngenDataset:
 
     def _run_inline(self, step: int, metrics: Mapping[str, float] | None,
                     rollouts: str | None, event_id: str | None = None) -> dict[str, Any] | None:
-        # The core never imports flows at module level: Prefect-side code stays at the edge.
-        from flows.in_process import run_round
-
         trigger = batch_end_payload(step, metrics, rollouts, event_id)["trigger"]
         try:
             ensure_prefect_api()  # without PREFECT_API_URL: a temporary server, started once
-            return run_round(self.name, config=self.round_config, trigger=trigger)
+            runner = self.round_runner or default_round_runner()
+            return runner(self.name, config=self.round_config, trigger=trigger)
         except Exception:
             logger.exception("dyngen: the inline generation round of %r at step %s failed; "
                              "training continues on version %d", self.name, step, self.version)
             return None
 
 
-def _round_config(config: Mapping[str, Any] | None, store: Store) -> dict[str, Any]:
-    """The round's config as plain data, validated, with the store root of this dataset."""
-    plain: Any = config or {}
-    if OmegaConf.is_config(plain):
-        plain = OmegaConf.to_container(plain, resolve=True)
-    if not isinstance(plain, Mapping):
-        raise ConfigError(f"config: expected a mapping with sections store, data and round, "
-                          f"found {type(plain).__name__}. Pass a dict or an OmegaConf config.")
-    base = {**plain, "store": {**dict(plain.get("store") or {}), "root": str(store.root)}}
-    container = OmegaConf.to_container(load_config(base=base), resolve=True)
-    assert isinstance(container, dict)
-    return container
+def default_round_runner() -> RoundRunner:
+    """The function `DEFAULT_ROUND_RUNNER` names (flows' in-process round)."""
+    module, _, name = DEFAULT_ROUND_RUNNER.partition(":")
+    return getattr(importlib.import_module(module), name)

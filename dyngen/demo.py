@@ -22,7 +22,9 @@ import yaml
 from rich.console import Console
 
 from dyngen.events import emit_batch_end, trigger_name
-from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.lineage import history_table
+from dyngen.local_server import LocalServer, wait_for_automation
+from dyngen.processes import spawn, stop
 from dyngen.report import write_report
 from dyngen.store import Store, VersionRecord, verify
 from dyngen.verl_format import import_files
@@ -136,7 +138,5 @@ def run_demo(workdir: Path, console: Console, *, batches: int = 3,
 
 def show_history(store: Store, console: Console) -> None:
     """The version history with lineage, as `dyngen log` prints it."""
-    from dyngen.cli import history_table
-
     console.print(history_table(store, DATASET))
 

@@ -108,3 +108,7 @@ class PrefectServerError(DyngenError, RuntimeError):
 
 class RolloutsError(TriggerError):
     """A trigger's rollouts file is out of bounds (place, kind, size) or not rollouts JSONL."""
+
+
+class FilterError(DyngenError, TypeError):
+    """A row filter broke its contract: not one verdict per row, or a verdict of the wrong kind."""

@@ -9,15 +9,11 @@ started.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pwd
-import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +22,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import httpx
 
 from dyngen.errors import ConfigError, PrefectServerError
+from dyngen.processes import OwnedProcess, spawn
+from dyngen.processes import free_port as free_port  # re-exported, as before
+from dyngen.processes import stop as stop  # re-exported, as before
 from dyngen.server_auth import AUTH_HINT, auth_headers
 
 if TYPE_CHECKING:
@@ -38,13 +37,6 @@ DATABASES = ("sqlite", "postgresql")
 # 20 s start-up budget together with the server's own import. dyngen waits this long.
 TEMPORARY_SERVER_TIMEOUT_ENV = "DYNGEN_SERVER_START_TIMEOUT"
 TEMPORARY_SERVER_TIMEOUT_SECONDS = 300.0
-
-
-def free_port() -> int:
-    """An unused TCP port on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # The server's own writes, batched: SQLite lets one transaction write at a time, and a
@@ -82,36 +74,6 @@ def prefect_env(home: Path, api_url: str | None = None,
         env["PREFECT_API_URL"] = api_url
     env.update(extra or {})
     return env
-
-
-def spawn(args: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path | None = None,
-          user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
-    """Start a process in its own process group, output to `log` (as `user`, if given)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    as_user = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid,
-                                       "extra_groups": []}
-    with open(log, "ab") as out:
-        return subprocess.Popen(list(args), env=dict(env), cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, **as_user)  # type: ignore[call-overload]
-
-
-def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    """Stop a process we started and its group: SIGINT, then SIGTERM, then SIGKILL."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-        if proc.poll() is not None:
-            break
-        try:
-            os.killpg(proc.pid, sig)  # the group id is the PID we started
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=timeout if sig != signal.SIGKILL else 10)
-        except subprocess.TimeoutExpired:
-            continue
-    # Children that outlived the leader (e.g. a flow run) share its group id.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def wait_healthy(api_url: str, timeout: float = START_TIMEOUT_SECONDS,
@@ -227,7 +189,7 @@ def _sqlite_file(url: str) -> Path | None:
 
 
 @dataclass
-class LocalServer:
+class LocalServer(OwnedProcess):
     """`prefect server start` on 127.0.0.1, its database under `home`: SQLite (a file) or
     PostgreSQL (a local cluster in `home/postgres`, see dyngen/postgres.py); basic auth if
     `auth_string`."""
@@ -299,8 +261,6 @@ class LocalServer:
 
     def stop(self) -> None:
         """Stop the server, then its database, by their PIDs."""
-        if self.process is not None:
-            stop(self.process)
-            self.process = None
+        self.stop_process()
         if self.postgres is not None:
             self.postgres.stop()

@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from dyngen.filters import RowBatch
 from dyngen.round import RoundContext
+from dyngen.rows import RowBatch
 
 
 def partition_contexts(context: RoundContext, count: int) -> list[RoundContext]:

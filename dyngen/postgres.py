@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dyngen.errors import PrefectServerError
-from dyngen.local_server import free_port, spawn, stop
+from dyngen.processes import OwnedProcess, free_port, spawn
 
 UNPRIVILEGED_USER = "nobody"
 SUPERUSER = "dyngen"  # the cluster's own superuser role, not a system account
@@ -42,7 +42,7 @@ def postgres_bin(program: str) -> Path:
 
 
 @dataclass
-class LocalPostgres:
+class LocalPostgres(OwnedProcess):
     """`initdb` once, then `postgres` on 127.0.0.1:`port` with its data under `folder`."""
 
     folder: Path
@@ -85,9 +85,7 @@ class LocalPostgres:
 
     def stop(self) -> None:
         """Stop the cluster by its PID (SIGINT: PostgreSQL's fast shutdown)."""
-        if self.process is not None:
-            stop(self.process)
-            self.process = None
+        self.stop_process()
 
     def _initdb(self, user: pwd.struct_passwd | None) -> None:
         args = [str(postgres_bin("initdb")), "-D", str(self.data), "-U", SUPERUSER,

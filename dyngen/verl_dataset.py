@@ -34,6 +34,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from dyngen.dataset import DyngenDataset
 from dyngen.errors import ConfigError, DatasetExistsError
+from dyngen.locations import store_root
 from dyngen.store import Store
 from dyngen.verl_format import import_files
 
@@ -236,7 +237,7 @@ def _settings(config: Any) -> dict[str, Any]:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"data.dyngen.dataset: expected the name of a dyngen dataset, found "
                           f"{name!r}. Add +data.dyngen.dataset=NAME to verl's config.")
-    root = plain.get("root") or os.environ.get("DYNGEN_STORE_ROOT") or "dyngen_store"
+    root = store_root(plain.get("root"))
     return {"dataset": name, "root": str(root), "mode": plain.get("mode", "emit"),
             "every_n_batches": plain.get("every_n_batches", 1),
             "config": plain.get("config") or {}}

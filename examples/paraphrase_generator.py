@@ -16,6 +16,7 @@ from typing import Any
 
 import datasets
 
+from dyngen.context import RoundContext
 from generators.base import AbstractDataGenerator
 
 TEMPLATES = ["Please solve: {q}", "{q} Think step by step.", "Here is a problem. {q}"]
@@ -24,9 +25,11 @@ TEMPLATES = ["Please solve: {q}", "{q} Think step by step.", "Here is a problem.
 class ParaphraseHardest(AbstractDataGenerator):
     """New wordings of the `k` newest tasks, one template further each round."""
 
-    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+    defaults = {"k": 4}  # data.datagen keys: settings() refuses others, and a non-integer k
+
+    def generate(self, dataset: Any, context: RoundContext | None = None) -> datasets.Dataset:
         rows = getattr(dataset, "dataframe", dataset)  # verl passes a wrapper
-        k = int((self.config or {}).get("k", 4))
+        k = self.settings()["k"]
         # the round's memory: which template comes next (kept in the dataset's lineage)
         previous = (context.previous_state if context is not None else None) or {}
         template = TEMPLATES[int(previous.get("template", -1) + 1) % len(TEMPLATES)]

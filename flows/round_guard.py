@@ -16,7 +16,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from uuid import UUID
@@ -265,6 +265,15 @@ def _mark_holder(dataset: str, lease_id: UUID) -> None:
             client.update_flow_run(flow_run.id, tags=tags)
         client.update_flow_run_labels(flow_run.id, {
             LEASE_LABEL: str(lease_id), PROCESS_LABEL: _process_identity(os.getpid()) or ""})
+
+
+def waiting_run_name() -> str:
+    """A round's run name until it knows its version: `<dataset>-step-<N>` (or `-round`)."""
+    params = flow_run.parameters
+    trigger = params.get("trigger")
+    step = trigger.get("step") if isinstance(trigger, Mapping) else None
+    suffix = f"step-{step}" if isinstance(step, int) else "round"
+    return f"{params.get('dataset', 'dataset')}-{suffix}"
 
 
 def name_run(dataset: str, round_no: int) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import datasets
 
+from dyngen.context import RoundContext
 from generators.base import AbstractDataGenerator
 
 SOURCE = "dyngen-arithmetic"
@@ -70,21 +71,24 @@ class ArithmeticCurriculum(AbstractDataGenerator):
     ("score"), start_level (1), seed (0). Without a score the level stays.
     """
 
-    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+    defaults = {"tasks_per_round": 8, "target_score": 0.6, "score_metric": "score",
+                "start_level": 1, "seed": 0}
+
+    def generate(self, dataset: Any, context: RoundContext | None = None) -> datasets.Dataset:
         """New tasks at the level the last batch's score calls for."""
-        cfg = self.config or {}
+        cfg = self.settings()
         previous = (context.previous_state if context is not None else None) or {}
-        level = int(previous.get("level", cfg.get("start_level", 1)))
+        level = int(previous.get("level", cfg["start_level"]))
         score = None
         if context is not None:
-            score = context.trigger.metrics.get(str(cfg.get("score_metric", "score")))
+            score = context.trigger.metrics.get(cfg["score_metric"])
         if score is not None:
-            level += 1 if score > float(cfg.get("target_score", 0.6)) else -1
+            level += 1 if score > cfg["target_score"] else -1
         level = max(1, min(max(LEVELS), level))
         self.state = {"level": level, "score": score}
         round_no = context.round if context is not None else 0
-        rng = random.Random(f"{cfg.get('seed', 0)}-{round_no}")
+        rng = random.Random(f"{cfg['seed']}-{round_no}")
         start = len(getattr(dataset, "dataframe", dataset))
-        n = int(cfg.get("tasks_per_round", 8))
+        n = cfg["tasks_per_round"]
         return datasets.Dataset.from_list(
             [arithmetic_task(rng, start + i, level) for i in range(n)])

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import datasets
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from dyngen.context import RoundContext
+from dyngen.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +36,43 @@ def rows_of(dataset: GeneratorInput) -> datasets.Dataset:
 class AbstractDataGenerator(ABC):
     """Makes new training rows from the current dataset; built with the ``datagen`` config.
 
-    A generator that needs memory across rounds sets ``self.state`` (a JSON-able dict) in
-    ``generate``; the round records it in the version's lineage and hands it back as
-    ``context.previous_state`` next time, in this process or after a restart.
+    The round reads two mappings a generator may set in ``generate`` and records both in
+    the version's lineage: ``state`` (JSON-able memory across rounds, handed back as
+    ``context.previous_state`` next time, in this process or after a restart) and
+    ``stats`` (a few counts, e.g. proposed / kept / dropped by reason).
     """
+
+    state: dict[str, Any] | None = None
+    stats: dict[str, Any] | None = None
+    # Set by the round before `generate`, for generators written before `context=`.
+    round_context: RoundContext | None = None
+
+    # The generator's own keys under data.datagen, with their defaults; `settings()`
+    # refuses any other key (a typo) and a value of another type than its default's.
+    # None: the generator reads `self.config` itself (verl's generators do).
+    defaults: ClassVar[Mapping[str, Any] | None] = None
 
     def __init__(self, config: DictConfig | None) -> None:
         self.config = config
 
+    def settings(self) -> dict[str, Any]:
+        """`self.config` over `defaults`, each key and type checked, then `check_settings`."""
+        return self.check_settings(checked_settings(self.config, self.defaults,
+                                                    type(self).__name__))
+
+    def check_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Check what a type cannot (ranges, choices) and return the settings; override."""
+        return settings
+
     @abstractmethod
-    def generate(self, dataset: GeneratorInput) -> datasets.Dataset:
-        """Return only the NEW rows, in verl's schema; never modify ``dataset``."""
+    def generate(self, dataset: GeneratorInput,
+                 context: RoundContext | None = None) -> datasets.Dataset:
+        """Return only the NEW rows, in verl's schema; never modify ``dataset``.
+
+        ``context`` is the round's (dataset, round, trigger, previous_state, partition);
+        None outside a round. A subclass may leave it out (verl's signature): the round
+        passes it only to a ``generate`` that declares it.
+        """
 
 
 class MockDataGenerator(AbstractDataGenerator):
@@ -58,3 +88,54 @@ class MockDataGenerator(AbstractDataGenerator):
         picked = rows.select(range(min(1, len(rows))))
         logger.info("MockDataGenerator: re-proposing row 0 of %d rows", len(rows))
         return picked
+
+
+# Keys every data.datagen section has: where the generator is and its class name.
+LOCATION_KEYS = frozenset({"path", "name"})
+
+
+def checked_settings(config: Mapping[str, Any] | None, defaults: Mapping[str, Any] | None,
+                     generator: str) -> dict[str, Any]:
+    """`config` (data.datagen) over `defaults`: unknown keys and mistyped values refused."""
+    given = OmegaConf.to_container(config, resolve=True) if OmegaConf.is_config(config) \
+        else dict(config or {})
+    assert isinstance(given, dict)
+    if defaults is None:
+        return given
+    unknown = sorted(set(given) - set(defaults) - LOCATION_KEYS)
+    if unknown:
+        raise ConfigError(f"data.datagen has unknown keys {unknown} for {generator}; expected "
+                          f"some of {sorted(defaults)}. Remove them or fix their spelling.")
+    for key, value in given.items():
+        if key in defaults and not _same_type(value, defaults[key]):
+            raise ConfigError(f"data.datagen.{key}: expected {_type_words(defaults[key])} for "
+                              f"{generator}, found {value!r}. Set it, e.g. "
+                              f"data.datagen.{key}={defaults[key]!r}.")
+    return {**defaults, **{k: v for k, v in given.items() if k not in LOCATION_KEYS}}
+
+
+def _same_type(value: Any, default: Any) -> bool:
+    """Whether `value` may stand where `default` does (an integer where a number is)."""
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, (int, float)):
+        ok = (int,) if isinstance(default, int) else (int, float)
+        return isinstance(value, ok) and not isinstance(value, bool)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
+def _type_words(default: Any) -> str:
+    """A default's type in words."""
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, (list, tuple)):
+        return "a list"
+    return f"a {type(default).__name__}"

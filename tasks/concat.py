@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from dyngen.faults import crash_point
 from dyngen.filters import FilterOutcome
 from dyngen.round import RoundContext, write_round
 from dyngen.store import PendingCommit, Store
@@ -16,5 +19,14 @@ from dyngen.store.location import StoreSpec
 @task(name="concat", cache_policy=NO_CACHE)
 def concat_rows(store_root: StoreSpec, context: RoundContext, outcome: FilterOutcome,
                 generator: str, lineage: dict[str, Any]) -> PendingCommit:
-    """Write the new shard and the quarantine shard; nothing is visible until committed."""
-    return write_round(Store.from_config(store_root), context, outcome, generator, lineage)
+    """Write the new shard and the quarantine shard; nothing is visible until committed.
+
+    The stage's own time joins the lineage's timings before the record is written.
+    """
+    start = time.perf_counter()
+    pending = write_round(Store.from_config(store_root), context, outcome, generator, lineage)
+    timings = {**pending.lineage.get("timings", {}),
+               "concat": round(time.perf_counter() - start, 3)}
+    pending = replace(pending, lineage={**pending.lineage, "timings": timings})
+    crash_point("round.after_concat")
+    return pending

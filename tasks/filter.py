@@ -8,8 +8,9 @@ from omegaconf import DictConfig
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from dyngen.faults import crash_point
 from dyngen.filters import FilterOutcome
-from dyngen.round import build_filters, filter_rows
+from dyngen.filters.chain import build_filters, filter_rows
 from dyngen.store import Store, VersionRecord
 
 
@@ -17,4 +18,6 @@ from dyngen.store import Store, VersionRecord
 def filter_generated(cfg: DictConfig, parent: VersionRecord, rows: list[Any]) -> FilterOutcome:
     """Rows kept and rows quarantined with their reasons, against the parent version."""
     store = Store.from_config(cfg.store)
-    return filter_rows(rows, build_filters(cfg, store, parent.dataset, parent, rows))
+    outcome = filter_rows(rows, build_filters(cfg, store, parent.dataset, parent, rows))
+    crash_point("round.after_filter")
+    return outcome

@@ -13,7 +13,7 @@ import datasets
 from omegaconf import DictConfig
 from prefect.futures import wait
 
-from dyngen.filters import RowBatch
+from dyngen.faults import crash_point
 from dyngen.partitions import (
     partition_contexts,
     partitions_lineage,
@@ -21,6 +21,7 @@ from dyngen.partitions import (
     union_rows,
 )
 from dyngen.round import RoundContext
+from dyngen.rows import RowBatch
 from dyngen.store.location import store_settings
 from dyngen.task_runners import build_task_runner, partition_resources
 from tasks.generate import configured
@@ -37,6 +38,7 @@ def generate_all(cfg: DictConfig, dataset: datasets.Dataset, context: RoundConte
     task = configured(cfg)
     if count == 1 and runner_cfg.kind == "threads":
         rows, generator = task(cfg.data.datagen, dataset, context, store_settings(cfg.store))
+        crash_point("round.after_generate")
         return rows, generator, None
     # Partitions load the parent version themselves: a Ray worker may be on another host.
     shared = {"datagen": cfg.data.datagen, "dataset": None, "store_root": store_settings(cfg.store)}
@@ -49,5 +51,6 @@ def generate_all(cfg: DictConfig, dataset: datasets.Dataset, context: RoundConte
         # In partition order; the first partition that failed after its retries raises.
         results = [future.result() for future in futures]
     batches = [rows for rows, _ in results]
+    crash_point("round.after_generate")
     return (union_rows(batches), union_generator_lineage([gen for _, gen in results]),
             partitions_lineage(runner_cfg.kind, batches))

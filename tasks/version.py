@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 from uuid import UUID
 
 from prefect import task
@@ -17,6 +16,8 @@ from prefect.client.schemas.filters import (
     ArtifactFilterKey,
 )
 
+from dyngen.faults import crash_point
+from dyngen.lineage import history_row, round_markdown
 from dyngen.report.history import history_of
 from dyngen.report.trend import trend_markdown
 from dyngen.round import commit_round
@@ -27,7 +28,9 @@ from dyngen.store.location import StoreSpec
 @task(name="version", cache_policy=NO_CACHE)
 def commit_version(store_root: StoreSpec, pending: PendingCommit) -> VersionRecord:
     """Commit atomically (rebasing over concurrent commits); on failure remove the shards."""
-    return commit_round(Store.from_config(store_root), pending)
+    record = commit_round(Store.from_config(store_root), pending)
+    crash_point("round.after_version")
+    return record
 
 
 def asset_key(dataset: str, version: int) -> str:
@@ -78,44 +81,3 @@ def lineage_published(record: VersionRecord) -> bool:
             key=ArtifactFilterKey(any_=[artifact_key(record.dataset, "round")]),
             flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(str(run_id))])), limit=1)
     return bool(found)
-
-
-def history_row(rec: VersionRecord) -> dict[str, Any]:
-    """One row of the history table."""
-    lin = rec.lineage
-    counts = lin.get("counts", {})
-    trigger = lin.get("trigger", {})
-    return {
-        "version": rec.version, "parent": rec.parent, "operation": rec.operation,
-        "rows": rec.rows, "generator": lin.get("generator", {}).get("name", ""),
-        "step": trigger.get("step"), "event_id": trigger.get("event_id"),
-        "generated": counts.get("generated"), "kept": counts.get("kept"),
-        "rejected": sum(counts.get("rejected", {}).values()) if counts else None,
-        "flow_run_id": lin.get("flow_run_id"), "created_at": rec.created_at,
-    }
-
-
-def round_markdown(rec: VersionRecord) -> str:
-    """The per-round audit note: parent → version, generator, counts, reasons, trigger."""
-    lin = rec.lineage
-    gen, counts, trig = lin.get("generator", {}), lin.get("counts", {}), lin.get("trigger", {})
-    reasons = counts.get("rejected", {})
-    metrics = ", ".join(f"{k}={v:g}" for k, v in trig.get("metrics", {}).items())
-    lines = [
-        f"# {rec.dataset}: v{rec.parent} → v{rec.version}",
-        "",
-        "| field | value |",
-        "|---|---|",
-        f"| rows | {rec.rows} |",
-        f"| generator | `{gen.get('class', '')}` from `{gen.get('path', '')}` |",
-        f"| generator config hash | `{str(gen.get('config_hash', ''))[:16]}` |",
-        f"| generated / kept | {counts.get('generated', 0)} / {counts.get('kept', 0)} |",
-        f"| rejected | {', '.join(f'{k}: {v}' for k, v in reasons.items()) or 'none'} |",
-        f"| trigger event | {trig.get('event_id') or '-'} |",
-        f"| training step | {trig.get('step') if trig.get('step') is not None else '-'} |",
-        f"| metrics | {metrics or '-'} |",
-        f"| flow run | {lin.get('flow_run_id', '-')} |",
-        f"| idempotency key | {rec.idempotency_key or '-'} |",
-        f"| timings (s) | {', '.join(f'{k} {v:.2f}' for k, v in lin.get('timings', {}).items())} |",
-    ]
-    return "\n".join(lines) + "\n"

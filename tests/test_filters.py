@@ -15,9 +15,9 @@ from dyngen.filters import (
     OverlongPromptFilter,
     RowBatch,
     RowFilter,
+    SchemaFilter,
     run_filters,
 )
-from dyngen.schema_filter import SchemaFilter
 from dyngen.store import Store
 from dyngen.store.shards import schema_from_json
 from tests.rows import verl_row, verl_row_with, verl_rows

@@ -39,15 +39,11 @@ from dyngen.integrations.rollouts import (
     safe_run_name,
     write_rollouts,
 )
+from dyngen.locations import store_root as store_root_of
 from dyngen.store import Store
 
 logger = logging.getLogger(__name__)
 RUN_FILE = "dyngen-run.json"  # in the trainer's output_dir: the run id a resume keeps
-
-
-def _store_root(store_root: str | os.PathLike[str] | None) -> str:
-    """The given root, else $DYNGEN_STORE_ROOT, else `dyngen_store` (a folder or a URL)."""
-    return os.fspath(store_root or os.environ.get("DYNGEN_STORE_ROOT") or "dyngen_store")
 
 
 class DyngenCallback(TrainerCallback):
@@ -61,7 +57,7 @@ class DyngenCallback(TrainerCallback):
             raise ConfigError(f"every_n_steps: expected an integer >= 1, found "
                               f"{every_n_steps!r}. Set logging_steps=1 and every_n_steps=1 "
                               "for a round after every step.")
-        self.source = DyngenDataset(_store_root(store_root), dataset, mode=mode, config=config)
+        self.source = DyngenDataset(store_root_of(store_root), dataset, mode=mode, config=config)
         self.dataset = dataset
         self.trainer = trainer
         self.every_n_steps = every_n_steps
@@ -156,7 +152,7 @@ class FollowingDataset(datasets.IterableDataset):
                  seed: int = 0, block_rows: int = 16, run_id: str | None = None) -> None:
         if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
             raise ConfigError(f"block_rows: expected an integer >= 1, found {block_rows!r}.")
-        self.store_root, self.dataset_name = _store_root(store_root), dataset
+        self.store_root, self.dataset_name = store_root_of(store_root), dataset
         self.seed, self.block_rows, self.run_id = seed, block_rows, run_id
         Store(self.store_root).head(dataset)  # fails now, naming the store, if missing
         stream = RowStream(self.store_root, dataset, seed, block_rows, run_id)

@@ -13,7 +13,7 @@ Needs `pip install 'dyngen[llm]'`; a missing dependency raises MissingDependency
 """
 
 from dyngen.errors import MissingDependencyError
-from generators.proposer.arithmetic import normalise, numbers_in, safe_eval
+from generators.proposer.arithmetic import numbers_in, safe_eval
 from generators.proposer.checking import Proposal, calculation, parse_proposal
 from generators.proposer.generator import (
     DEFAULTS,
@@ -24,7 +24,8 @@ from generators.proposer.generator import (
 )
 from generators.proposer.model import DEFAULT_GGUF, INSTALL_HINT, load_model
 from generators.proposer.renumbering import ambiguous, renumber
-from generators.proposer.seeds import Seed, question_of, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.text import normalise, question_of
 from generators.proposer.verifying import Verdict, solution_value, verify, vote
 
 __all__ = [

@@ -21,11 +21,6 @@ OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.Div: operator.truediv}
 
 
-def normalise(text: str) -> str:
-    """A question for comparison: case-folded, punctuation and spacing collapsed."""
-    return " ".join(re.sub(r"[^\w]+", " ", text.casefold()).split())
-
-
 def clean_math(text: str) -> str:
     text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # 1,000 → 1000
     text = re.sub(r"(?<=\d)\s*[x×]\s*(?=\d)", " * ", text).replace("÷", "/")

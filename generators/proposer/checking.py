@@ -38,11 +38,11 @@ from generators.proposer.arithmetic import (
     clean_math,
     first_number,
     format_number,
-    normalise,
     numbers_in,
     safe_eval,
 )
 from generators.proposer.renumbering import renumber
+from generators.proposer.text import normalise
 
 if TYPE_CHECKING:
     from generators.proposer.seeds import Seed

@@ -38,13 +38,14 @@ from typing import Any
 
 import datasets
 
+from dyngen.context import RoundContext
 from dyngen.errors import ConfigError
 from generators.base import AbstractDataGenerator, rows_of
-from generators.proposer.arithmetic import normalise
 from generators.proposer.checking import Proposal, parse_proposal
 from generators.proposer.model import load_model
 from generators.proposer.sampling import propose, seed_int
 from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.text import normalise
 from generators.proposer.verifying import verify
 
 logger = logging.getLogger(__name__)
@@ -75,14 +76,10 @@ DEFAULTS: dict[str, Any] = {
 class ProposerGenerator(AbstractDataGenerator):
     """New verified tasks written by a causal LM from the hardest recent tasks."""
 
-    def settings(self) -> dict[str, Any]:
-        """The config (data.datagen) over DEFAULTS; an unknown key is an error (a typo)."""
-        given = dict(self.config or {})
-        unknown = sorted(set(given) - set(DEFAULTS) - {"path", "name"})
-        if unknown:
-            raise ConfigError(f"data.datagen has unknown keys {unknown} for ProposerGenerator; "
-                              f"expected some of {sorted(DEFAULTS)}.")
-        cfg = {**DEFAULTS, **given}
+    defaults = DEFAULTS
+
+    def check_settings(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """The methods are known ones, and verification's numbers are in range."""
         for key, allowed in (("methods", METHODS), ("unverified_methods", METHODS[2:])):
             if isinstance(cfg[key], str) or not set(cfg[key]) <= set(allowed):
                 raise ConfigError(f"data.datagen.{key}: expected a list of some of "
@@ -93,7 +90,7 @@ class ProposerGenerator(AbstractDataGenerator):
                               f"{cfg['verify_agreement']!r}.")
         return cfg
 
-    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+    def generate(self, dataset: Any, context: RoundContext | None = None) -> datasets.Dataset:
         """New rows with verified labels; sampling repeats (max_passes) until min_rows."""
         cfg = self.settings()
         rows = rows_of(dataset)

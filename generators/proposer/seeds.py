@@ -16,9 +16,8 @@ from typing import Any
 
 import datasets
 
-from dyngen.integrations.rollouts import question_of
 from dyngen.rollouts import Rollout
-from generators.proposer.checking import normalise
+from generators.proposer.text import normalise, question_of
 
 
 @dataclass(frozen=True)

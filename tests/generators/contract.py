@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
 
 import datasets
 import pytest
+from omegaconf import OmegaConf
 
+from dyngen.context import RoundContext, Trigger
+from dyngen.round import call_generator, generator_lineage
 from generators.base import AbstractDataGenerator
 
 VERL_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
@@ -129,3 +134,25 @@ class GeneratorContract:
         # verl's DynamicGenDataset appends the result itself; a generator must not.
         assert wrapper.dataframe is seed_dataset
         assert snapshot(seed_dataset) == before
+
+    def test_state_and_stats_round_trip_through_lineage(
+        self, generator: AbstractDataGenerator, seed_dataset: datasets.Dataset
+    ) -> None:
+        # As the round does it: generate, record state and stats as JSON in the lineage,
+        # then hand the state to a fresh generator (a new process) in the next round.
+        context = RoundContext("contract", round=1, parent=0, trigger=Trigger(step=1))
+        call_generator(generator, seed_dataset, context)
+        lineage = generator_lineage(OmegaConf.create({"path": "pkg://contract"}), generator)
+        for attr in ("state", "stats"):
+            value = getattr(generator, attr)
+            assert value is None or isinstance(value, dict), f"{attr} must be a dict or None"
+            if value is not None:
+                # Nothing is lost on the way to the version record.
+                assert lineage[attr] == json.loads(json.dumps(value)) == value
+        fresh = self.make_generator()
+        later = replace(context, round=2, parent=1, trigger=Trigger(step=2),
+                        previous_state=lineage.get("state"))
+        new_rows = call_generator(fresh, seed_dataset, later)
+        assert len(new_rows) >= self.min_new_rows
+        for row in new_rows:
+            assert_verl_row(row)

@@ -21,8 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from dyngen.filters import RowBatch
-from dyngen.schema_filter import SchemaFilter
+from dyngen.filters import RowBatch, SchemaFilter
 from dyngen.store import PROVENANCE_COLUMNS, Store, gc, verify
 from dyngen.store.shards import schema_from_json
 from dyngen.store.store import DATA_DIR, REJECTED_DIR

@@ -19,9 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dyngen.errors import SchemaMismatchError
-from dyngen.filters import Row, RowBatch, RowFilter, Verdict
+from dyngen.filters.base import RowFilter, Verdict
+from dyngen.rows import Row, RowBatch
 from dyngen.store import PROVENANCE_COLUMNS
-from dyngen.store.shards import conform
+
+# One test of list types for the store and this filter (the store's, which writes them).
+from dyngen.store.shards import _is_list, conform
 
 # Far above any prompt a model trains on (a 128k-token context is well under 1 MiB of
 # text), yet small enough that one junk row cannot stall a round: tokenizing 20 MB of
@@ -43,10 +46,8 @@ class SchemaFilter(RowFilter):
         self.prompt_key = prompt_key
         self.max_row_bytes = max_row_bytes
 
-    def check(self, rows: Sequence[Row]) -> list[str | None]:
-        return [None if v is None else v[1] for v in self.verdicts(rows)]
-
-    def verdicts(self, rows: Sequence[Row]) -> list[Verdict]:
+    def check(self, rows: Sequence[Row]) -> list[Verdict]:
+        """(schema or too_large, detail) for each row that breaks a rule, else None."""
         table = rows.table if isinstance(rows, RowBatch) else None
         suspects = self._suspects(table) if table is not None else None
         if suspects is None:
@@ -59,6 +60,10 @@ class SchemaFilter(RowFilter):
             for i, verdict in zip(idx, self._row_verdicts(some), strict=True):
                 out[i] = verdict
         return out
+
+    def finish(self, kept: RowBatch) -> RowBatch:
+        """The kept rows in the dataset's schema, as the store writes them."""
+        return RowBatch(self.stored(kept))
 
     def stored(self, rows: Sequence[Row]) -> pa.Table:
         """Rows that passed this filter, in the dataset's schema, as the store writes them."""
@@ -197,10 +202,6 @@ def _same_kind(src: pa.DataType, dst: pa.DataType) -> bool:
 
 def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
 def _is_null(arr: pa.Array) -> np.ndarray:

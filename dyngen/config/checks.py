@@ -1,0 +1,175 @@
+"""Checking a config: keys and shapes before a merge, then values and ranges after it."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dyngen.config.messages import describe, type_error, type_words, unknown_key, wrap
+from dyngen.config.schema import OPEN_SECTIONS, TASK_RUNNER_KINDS, DyngenConfig
+from dyngen.errors import ConfigError
+
+
+def merge(base: DictConfig, other: DictConfig | Mapping[str, Any], source: str) -> DictConfig:
+    """Merge other onto base after checking its keys and shapes; wrap OmegaConf errors."""
+    try:
+        plain = OmegaConf.to_container(other) if OmegaConf.is_config(other) else other
+        check_shape(plain, DyngenConfig, "", source)
+        merged = OmegaConf.merge(base, other)
+    except OmegaConfBaseException as exc:
+        raise wrap(exc, source) from exc
+    return typing.cast(DictConfig, merged)
+
+
+def check_shape(value: Any, cls: type, prefix: str, source: str) -> None:
+    """Reject unknown keys and sections/lists/values in the wrong place, with a suggestion."""
+    if not isinstance(value, Mapping):
+        raise type_error(prefix.rstrip(".") or "config", type_words(cls), value, source)
+    hints = typing.get_type_hints(cls)
+    for key, item in value.items():
+        full = f"{prefix}{key}"
+        if key not in hints:
+            if prefix.rstrip(".") in OPEN_SECTIONS:
+                continue
+            raise unknown_key(full, prefix, list(hints), source)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            check_shape(item, tp, f"{full}.", source)
+        elif typing.get_origin(tp) is dict and not isinstance(item, (Mapping, str)):
+            raise type_error(full, type_words(tp), item, source)
+        elif typing.get_origin(tp) is list:
+            check_list(full, tp, item, source)
+        elif typing.get_origin(tp) not in (dict, list) and isinstance(item, (Mapping, list)):
+            raise type_error(full, type_words(tp), item, source)
+        elif tp is bool and isinstance(item, (int, float)) and not isinstance(item, bool):
+            # OmegaConf would read any number as a boolean; 5 is far more likely a mistake.
+            raise type_error(full, type_words(tp), item, source)
+
+
+def check_list(full: str, tp: Any, item: Any, source: str) -> None:
+    """Check a list field holds mappings or strings, as declared (interpolations pass)."""
+    if isinstance(item, str):
+        return
+    if not isinstance(item, list):
+        raise type_error(full, type_words(tp), item, source)
+    of_text = typing.get_args(tp) == (str,)
+    for index, entry in enumerate(item):
+        if of_text and not isinstance(entry, str):
+            raise type_error(f"{full}[{index}]", "a string", entry, source)
+        if not of_text and not isinstance(entry, Mapping):
+            raise type_error(f"{full}[{index}]", "a mapping with path and name", entry, source)
+
+
+def check_resolvable(cfg: DictConfig) -> None:
+    """Resolve every interpolation once so a broken ``${...}`` fails here, not mid-round."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as exc:
+        raise wrap(exc, "merged config") from exc
+
+
+def non_empty(value: Any) -> bool:
+    """Tell whether value is a string with something other than whitespace."""
+    return isinstance(value, str) and bool(value.strip())
+
+
+# key, check, what is expected, an example override that fixes it
+RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
+    ("store.root", non_empty, "a non-empty directory path or URL", "store.root=dyngen_store"),
+    (
+        "store.cache_dir",
+        lambda v: v is None or non_empty(v),
+        "null or a local folder for cached shards",
+        "store.cache_dir=/tmp/dyngen-cache",
+    ),
+    ("data.prompt_key", non_empty, "a non-empty column name", "data.prompt_key=prompt"),
+    (
+        "data.max_prompt_length",
+        lambda v: v > 0,
+        "a positive integer (tokens)",
+        "data.max_prompt_length=512",
+    ),
+    (
+        "data.tokenizer",
+        lambda v: v is None or non_empty(v),
+        "null or a path to a local tokenizer folder",
+        "data.tokenizer=/path/to/model",
+    ),
+    (
+        "data.datagen.path",
+        non_empty,
+        "a generator location (a file path, file://… or pkg://module)",
+        "data.datagen.path=pkg://generators.base",
+    ),
+    (
+        "data.datagen.name",
+        non_empty,
+        "a generator class name",
+        "data.datagen.name=MockDataGenerator",
+    ),
+    ("round.retries", lambda v: v >= 0, "an integer >= 0", "round.retries=2"),
+    (
+        "round.retry_delay_seconds",
+        lambda v: v >= 0,
+        "a number >= 0",
+        "round.retry_delay_seconds=2.0",
+    ),
+    ("round.timeout_seconds", lambda v: v > 0, "a number > 0", "round.timeout_seconds=600"),
+    ("round.partitions", lambda v: v >= 1, "an integer >= 1", "round.partitions=4"),
+    (
+        "round.task_runner.kind",
+        lambda v: v in TASK_RUNNER_KINDS,
+        f"one of {', '.join(TASK_RUNNER_KINDS)}",
+        "round.task_runner.kind=ray",
+    ),
+    (
+        "round.max_rollouts_bytes",
+        lambda v: v > 0,
+        "a positive integer (bytes)",
+        "round.max_rollouts_bytes=67108864",
+    ),
+    ("round.compaction.max_small_shards", lambda v: v >= 0, "an integer >= 0",
+     "round.compaction.max_small_shards=50"),
+    ("round.compaction.fan_in", lambda v: v >= 2, "an integer >= 2", "round.compaction.fan_in=8"),
+    ("round.compaction.target_shard_mb", lambda v: v > 0, "a number > 0 (MiB)",
+     "round.compaction.target_shard_mb=128"),
+)
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """Check values that have the right type but an impossible value."""
+    for key, ok, expected, example in RANGE_CHECKS:
+        value = OmegaConf.select(cfg, key)
+        if not ok(value):
+            raise ConfigError(
+                f"{key}: expected {expected}, found {describe(value)}. Set it, e.g. {example}."
+            )
+    for index, folder in enumerate(cfg.round.rollouts_dirs):
+        if not non_empty(folder):
+            raise ConfigError(
+                f"round.rollouts_dirs[{index}]: expected a folder path, found "
+                f"{describe(folder)}. List the folders rollouts files may be read from, e.g. "
+                "round.rollouts_dirs=[/data/rollouts]."
+            )
+    for index, entry in enumerate(cfg.round.filters):
+        for part in ("path", "name"):
+            value = entry.get(part)
+            if not non_empty(value):
+                raise ConfigError(
+                    f"round.filters[{index}].{part}: expected a non-empty string, found "
+                    f"{describe(value)}. Give each filter a path (file or pkg://module) "
+                    "and a class name, e.g. {path: pkg://my_filters, name: MyFilter}."
+                )
+    runner = cfg.round.task_runner
+    for key in ("address", "init_kwargs", "remote_options"):
+        if runner.kind != "ray" and runner[key]:
+            raise ConfigError(
+                f"round.task_runner.{key}: applies only to round.task_runner.kind=ray, found "
+                f"{describe(runner[key])} with kind {runner.kind!r}. Set "
+                f"round.task_runner.kind=ray, or remove round.task_runner.{key}."
+            )

@@ -1,0 +1,127 @@
+"""The config's schema: one dataclass per section, and the defaults they make."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dyngen.locations import STORE_ROOT_INTERPOLATION
+from dyngen.store.location import local_folder_for
+
+
+@dataclass
+class StoreConfig:
+    """Where the versioned datasets live: a local folder (a relative root resolves against
+    the CWD) or a URL (s3://, gs://, memory://; README: Storage backends)."""
+
+    # DYNGEN_STORE_ROOT wins when set, so a worker or serve process can be pointed at a store.
+    root: str = STORE_ROOT_INTERPOLATION
+    # Passed to a URL root's fsspec filesystem (endpoint_url, profile, …). A config is
+    # recorded with each flow run: leave secrets to the environment (AWS_*).
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    # The user promises that one process writes the store: needed to commit on a backend
+    # without an atomic create-if-absent.
+    single_writer: bool = False
+    # Local copies of a remote store's shards, to memory-map (default: $DYNGEN_CACHE_DIR,
+    # else ~/.cache/dyngen/shards).
+    cache_dir: str | None = None
+
+
+@dataclass
+class DatagenConfig:
+    """The generator class (verl's ``data.datagen``); open to the generator's own keys."""
+
+    path: str = "pkg://generators.base"
+    name: str = "MockDataGenerator"
+
+
+@dataclass
+class DataConfig:
+    """Dataset and prompt settings, named as in verl's ``data:`` section."""
+
+    prompt_key: str = "prompt"
+    # verl's defaults, so a verl user's config means the same here.
+    max_prompt_length: int = 512
+    filter_overlong_prompts: bool = False
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None
+    datagen: DatagenConfig = field(default_factory=DatagenConfig)
+
+
+@dataclass
+class TaskRunnerConfig:
+    """Where a round's generate partitions run: a thread pool, or Ray (``dyngen[ray]``)."""
+
+    kind: str = "threads"  # threads | ray
+    # ray: an existing cluster ("auto", "ray://head:10001"); null starts a local Ray per round.
+    address: str | None = None
+    init_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to ray.init
+    # ray: what each partition reserves (num_gpus, num_cpus, resources, ...), as ray.remote.
+    remote_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CompactionConfig:
+    """After a round commits, compact the head's small shards (see dyngen.store.compaction).
+
+    Runs after the round's commit and never fails a committed round.
+    """
+
+    enabled: bool = True
+    max_small_shards: int = 50  # compact when the head has more shards below the target
+    fan_in: int = 8  # adjacent shards of one size tier merged into one
+    target_shard_mb: float = 128.0  # shards this large are never rewritten
+
+
+@dataclass
+class RoundConfig:
+    """How a generation round runs: retries, timeout, dedup, user filters, partitions and
+    compaction."""
+
+    retries: int = 2
+    retry_delay_seconds: float = 2.0
+    timeout_seconds: float = 600.0
+    dedup: bool = True
+    # Each entry is {path, name, ...}: located like a generator, extra keys go to the filter.
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    # Generation split into this many partitions, each a generate task on the task runner.
+    partitions: int = 1
+    task_runner: TaskRunnerConfig = field(default_factory=TaskRunnerConfig)
+    # The only folders a trigger's rollouts file may be in (an event names the file; the
+    # round reads it with the worker's rights), and the largest file it reads.
+    # local_folder: the root itself, or for a URL root a local folder standing for it.
+    rollouts_dirs: list[str] = field(
+        default_factory=lambda: ["${local_folder:${store.root}}/rollouts"])
+    max_rollouts_bytes: int = 64 * 1024 * 1024
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+
+
+@dataclass
+class DyngenConfig:
+    """The whole configuration: ``store``, ``data`` and ``round`` sections."""
+
+    store: StoreConfig = field(default_factory=StoreConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    round: RoundConfig = field(default_factory=RoundConfig)
+
+
+# `${local_folder:${store.root}}`: rollouts files are local even when the store is not.
+with warnings.catch_warnings():  # omegaconf 2.4 renamed it; 2.3's other name means another API
+    warnings.simplefilter("ignore", UserWarning)
+    OmegaConf.register_new_resolver("local_folder",
+                                    lambda root: str(local_folder_for(str(root))), replace=True)
+
+# Sections that accept keys the schema does not list (the generator's own settings).
+OPEN_SECTIONS = frozenset({"data.datagen"})
+
+TASK_RUNNER_KINDS = ("threads", "ray")
+
+def default_config() -> DictConfig:
+    """Return a fresh, typed config holding every default."""
+    cfg = OmegaConf.structured(DyngenConfig)
+    for dotted in OPEN_SECTIONS:
+        OmegaConf.set_struct(OmegaConf.select(cfg, dotted), False)
+    return cfg

@@ -1,0 +1,123 @@
+"""What a round knows about itself: the trigger that started it and its context.
+
+A generator receives the `RoundContext` (`generate(dataset, context=None)`); the trigger
+is parsed here from an untrusted event payload, field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dyngen.errors import TriggerError
+from dyngen.rollouts import Rollout, RolloutsPolicy
+
+MAX_METRICS = 256
+MAX_TRIGGER_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """What started a round: the batch-end event, its training step and metrics."""
+
+    event_id: str | None = None
+    step: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    rollouts: str | None = None
+
+    @classmethod
+    def parse(cls, value: Trigger | Mapping[str, Any] | None) -> Trigger:
+        """Validate an untrusted trigger (an event payload): types, sizes, known fields."""
+        if value is None:
+            return cls()
+        if isinstance(value, Trigger):
+            return value
+        if not isinstance(value, Mapping):
+            raise TriggerError(f"trigger must be a mapping, found {type(value).__name__}.")
+        if not value:
+            # What a batch-end event without a "trigger" in its payload renders to. A round
+            # no event started passes None; an empty trigger would commit without a step
+            # and without an idempotency key, once per re-delivery.
+            raise TriggerError("trigger is empty: a batch-end event's payload must carry "
+                               '{"trigger": {"event_id", "step", "metrics", "rollouts"}} '
+                               "(dyngen.events.emit_batch_end sends it); pass None for a "
+                               "round that no event started.")
+        if len(json.dumps(value, default=str)) > MAX_TRIGGER_BYTES:
+            raise TriggerError(f"trigger payload is larger than {MAX_TRIGGER_BYTES} bytes; "
+                               "send metrics as a few numbers and rollouts as a file path.")
+        unknown = sorted(set(value) - {"event_id", "step", "metrics", "rollouts"})
+        if unknown:
+            raise TriggerError(f"trigger has unknown fields {unknown}; expected event_id, "
+                               "step, metrics, rollouts.")
+        event_id, step, rollouts = value.get("event_id"), value.get("step"), value.get("rollouts")
+        if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 200):
+            raise TriggerError(f"trigger.event_id must be a string of 1-200 characters, "
+                               f"found {event_id!r}.")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise TriggerError(f"trigger.step must be a non-negative integer, found {step!r}.")
+        if rollouts is not None:
+            _check_rollouts_path(rollouts)
+        return cls(event_id=event_id, step=step, metrics=_metrics(value.get("metrics")),
+                   rollouts=rollouts)
+
+    def idempotency_key(self, dataset: str) -> str | None:
+        """The event id, else dataset + step: a re-delivered trigger lands once."""
+        if self.event_id is not None:
+            return f"event:{self.event_id}"
+        if self.step is not None:
+            return f"{dataset}:step:{self.step}"
+        return None
+
+
+def _check_rollouts_path(value: Any) -> None:
+    """An absolute path; where it may point is checked against the config (rollouts.py)."""
+    if not isinstance(value, str):
+        raise TriggerError(f"trigger.rollouts must be a file path, found {type(value).__name__}.")
+    if not value or "\0" in value or not os.path.isabs(value):
+        found = "a relative path" if value and "\0" not in value else "an empty or malformed one"
+        raise TriggerError(f"trigger.rollouts must be an absolute file path (the round runs in "
+                           f"another folder than the trainer), found {found}.")
+
+
+def _metrics(value: Any) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or len(value) > MAX_METRICS:
+        raise TriggerError(f"trigger.metrics must be a mapping of at most {MAX_METRICS} "
+                           f"names to numbers, found {type(value).__name__}.")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                or not math.isfinite(v):
+            raise TriggerError(f"trigger.metrics[{k!r}] must be a finite number, found {v!r}.")
+        out[k] = float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What a generator may know about the round it runs in."""
+
+    dataset: str
+    round: int  # the version this round will commit
+    parent: int
+    trigger: Trigger
+    # What this generator class recorded as `state` in the newest version it made: a
+    # generator's memory lives in the dataset's lineage, so it survives restarts.
+    previous_state: dict[str, Any] | None = None
+    # Which share of the round's generation this call makes (round.partitions).
+    partition: int = 0
+    partitions: int = 1
+    # Where the trigger's rollouts file may be, from the deployment's config (never the
+    # event's); the default allows no folder at all.
+    rollouts_policy: RolloutsPolicy = field(default_factory=RolloutsPolicy)
+
+    def read_rollouts(self) -> list[Rollout]:
+        """The trigger's rollouts file, confined, bounded and parsed ([] if it names none)."""
+        if self.trigger.rollouts is None:
+            return []
+        return self.rollouts_policy.read(self.trigger.rollouts)

@@ -1,0 +1,34 @@
+"""Row filters for generated rows: schema → over-long prompt → duplicate → user filters.
+
+`base` holds the contract (`RowFilter`: `check` answers keep or drop per row) and its
+runner; one module per built-in filter; `chain` builds the round's filters from the
+config. A user filter derives from `RowFilter` and is named in `round.filters`.
+"""
+
+from dyngen.filters.base import (
+    Answer,
+    FilterOutcome,
+    RowFilter,
+    Verdict,
+    row_to_json,
+    run_filters,
+)
+from dyngen.filters.duplicate import DuplicateFilter
+from dyngen.filters.overlong import OverlongPromptFilter
+from dyngen.filters.schema import SchemaFilter
+from dyngen.rows import Row, RowBatch, column_of
+
+__all__ = [
+    "Answer",
+    "DuplicateFilter",
+    "FilterOutcome",
+    "OverlongPromptFilter",
+    "Row",
+    "RowBatch",
+    "RowFilter",
+    "SchemaFilter",
+    "Verdict",
+    "column_of",
+    "row_to_json",
+    "run_filters",
+]

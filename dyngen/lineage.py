@@ -1,0 +1,219 @@
+"""A round's lineage: the typed record a round writes, and every way dyngen shows one.
+
+`RoundLineage` is what a generation round stores in its version record (`lineage`). The
+renderers read any version's lineage leniently (imports, restores and compactions write
+other keys): the `dyngen log` table, the Prefect markdown note and history row, and the
+round's log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from dyngen.context import RoundContext, Trigger
+from dyngen.store import LogEntry, Store, VersionRecord
+
+if TYPE_CHECKING:  # the CLI imports this module; datasets (via the filters) stays unloaded
+    from dyngen.filters.base import FilterOutcome
+
+LOG_CHUNK = 500  # versions per table of `dyngen log --all`
+
+
+@dataclass(frozen=True)
+class RoundCounts:
+    """How many rows the generator made, how many were kept, and why the others were not."""
+
+    generated: int
+    kept: int
+    rejected: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundLineage:
+    """What a generation round records with the version it commits."""
+
+    round: int
+    generator: dict[str, Any]  # class, name, path, config_hash, state, stats
+    trigger: Trigger
+    counts: RoundCounts
+    flow_run_id: str | None = None
+    flow_run_name: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    partitions: dict[str, Any] | None = None  # the fan-out, when the round had one
+
+    def to_dict(self) -> dict[str, Any]:
+        """The lineage as the version record stores it (plain JSON data)."""
+        out = {"round": self.round, "generator": self.generator,
+               "trigger": {"event_id": self.trigger.event_id, "step": self.trigger.step,
+                           "metrics": dict(self.trigger.metrics),
+                           "rollouts": self.trigger.rollouts},
+               "counts": asdict(self.counts), "flow_run_id": self.flow_run_id,
+               "flow_run_name": self.flow_run_name, "timings": dict(self.timings)}
+        if self.partitions:
+            out["partitions"] = self.partitions
+        return out
+
+
+def round_lineage(context: RoundContext, generator: dict[str, Any], generated: int,
+                  outcome: FilterOutcome, timings: Mapping[str, float], *,
+                  run_id: Any = None, run_name: str | None = None,
+                  partitions: dict[str, Any] | None = None) -> RoundLineage:
+    """The lineage of the round `context` describes, from what its stages returned."""
+    counts = RoundCounts(generated=generated, kept=len(outcome.kept),
+                         rejected=outcome.rejected_by_reason)
+    return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
+                        counts=counts, flow_run_id=str(run_id) if run_id else None,
+                        flow_run_name=run_name, timings=dict(timings), partitions=partitions)
+
+
+# ---- the round's log line ---------------------------------------------------------------
+def log_line(record: VersionRecord) -> str:
+    """One line for the run's log: parent → version, kept of generated, rejections."""
+    counts = as_dict(record.lineage.get("counts"))
+    return (f"{record.dataset}: v{record.parent} → v{record.version}, kept "
+            f"{counts.get('kept', '?')} of {counts.get('generated', '?')}, rejected "
+            f"{as_dict(counts.get('rejected'))}")
+
+
+# ---- Prefect: the round's markdown note and a history table row -------------------------
+def round_markdown(rec: VersionRecord) -> str:
+    """The per-round audit note: parent → version, generator, counts, reasons, trigger."""
+    lin = rec.lineage
+    gen, counts = as_dict(lin.get("generator")), as_dict(lin.get("counts"))
+    trig = as_dict(lin.get("trigger"))
+    reasons = as_dict(counts.get("rejected"))
+    metrics = ", ".join(f"{k}={v:g}" for k, v in as_dict(trig.get("metrics")).items())
+    timings = ", ".join(f"{k} {v:.2f}" for k, v in as_dict(lin.get("timings")).items())
+    lines = [
+        f"# {rec.dataset}: v{rec.parent} → v{rec.version}",
+        "",
+        "| field | value |",
+        "|---|---|",
+        f"| rows | {rec.rows} |",
+        f"| generator | `{gen.get('class', '')}` from `{gen.get('path', '')}` |",
+        f"| generator config hash | `{str(gen.get('config_hash', ''))[:16]}` |",
+        f"| generated / kept | {counts.get('generated', 0)} / {counts.get('kept', 0)} |",
+        f"| rejected | {', '.join(f'{k}: {v}' for k, v in reasons.items()) or 'none'} |",
+        f"| trigger event | {trig.get('event_id') or '-'} |",
+        f"| training step | {trig.get('step') if trig.get('step') is not None else '-'} |",
+        f"| metrics | {metrics or '-'} |",
+        f"| flow run | {lin.get('flow_run_id', '-')} |",
+        f"| idempotency key | {rec.idempotency_key or '-'} |",
+        f"| timings (s) | {timings} |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def history_row(rec: VersionRecord) -> dict[str, Any]:
+    """One row of the Prefect history table."""
+    lin = rec.lineage
+    counts, trigger = as_dict(lin.get("counts")), as_dict(lin.get("trigger"))
+    return {
+        "version": rec.version, "parent": rec.parent, "operation": rec.operation,
+        "rows": rec.rows, "generator": as_dict(lin.get("generator")).get("name", ""),
+        "step": trigger.get("step"), "event_id": trigger.get("event_id"),
+        "generated": counts.get("generated"), "kept": counts.get("kept"),
+        "rejected": sum(as_dict(counts.get("rejected")).values()) if counts else None,
+        "flow_run_id": lin.get("flow_run_id"), "created_at": rec.created_at,
+    }
+
+
+# ---- `dyngen log`: the history as rich tables -------------------------------------------
+def history_table(store: Store, name: str, limit: int | None = 20) -> Table:
+    """The newest `limit` versions (all if None), newest first, with lineage columns."""
+    return next(log_tables(store, name, limit, chunk=None))
+
+
+def log_tables(store: Store, name: str, limit: int | None,
+               chunk: int | None = LOG_CHUNK) -> Iterator[Table]:
+    """The log newest first as tables of `chunk` versions each: memory stays bounded."""
+    head = store.head_version(name)
+    if head is None:
+        store.head(name)  # refuses a missing dataset by name
+        return
+    entries = store.entries(name, limit=limit)
+    shown = head + 1 if limit is None else min(limit, head + 1)
+    title = f"{name} (newest {shown} of {head + 1} versions)"
+    table = _log_table(title)
+    child = None
+    for entry in entries:
+        if child is not None:
+            _log_row(table, child, entry.rows)
+            if chunk is not None and table.row_count >= chunk:
+                yield table
+                table = _log_table(None)
+        child = entry
+    if child is not None:  # the oldest shown: its parent is one more record to read
+        parent = child.parent
+        parent_rows = store.log(name).entry(parent).rows if parent is not None else None
+        _log_row(table, child, parent_rows)
+    yield table
+
+
+def _log_table(title: str | None) -> Table:
+    table = Table(title=escape(title) if title else None, show_header=title is not None)
+    for col in ("version", "parent", "operation", "rows", "created", "generator", "trigger",
+                "counts", "run"):
+        table.add_column(col, justify="right" if col in ("version", "parent", "rows") else "left")
+    return table
+
+
+def _log_row(table: Table, entry: LogEntry, parent_rows: int | None) -> None:
+    delta = "" if parent_rows is None else f" ({entry.rows - parent_rows:+d})"
+    cells = (str(entry.version), "-" if entry.parent is None else str(entry.parent),
+             operation_text(entry), f"{entry.rows}{delta}",
+             entry.created_at[:19].replace("T", " "), *lineage_cells(entry.lineage))
+    table.add_row(*(Text(cell) for cell in cells))  # user data is never read as markup
+
+
+def operation_text(rec: LogEntry) -> str:
+    """The operation, with what it did where that fits in a few words."""
+    compaction = as_dict(rec.lineage.get("compaction"))
+    if rec.operation == "compact" and compaction:
+        return (f"compact ({compaction.get('shards_in', '?')} → "
+                f"{compaction.get('shards_out', '?')} shards)")
+    retention = as_dict(rec.lineage.get("retention"))
+    if rec.operation == "vacuum" and retention.get("expired_before"):
+        return f"vacuum (< v{retention['expired_before']} expired)"
+    restored = rec.lineage.get("restored_from")
+    if rec.operation == "restore" and restored is not None:
+        return f"restore v{restored}"
+    imported = rec.lineage.get("imported_from")
+    if isinstance(imported, list) and imported:
+        return f"import ({len(imported)} file{'s' if len(imported) > 1 else ''})"
+    return rec.operation
+
+
+def lineage_cells(lineage: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """Generator, trigger, counts and run id, compact; lineage is free-form, so be lenient."""
+    generator = as_dict(lineage.get("generator")).get("class") or ""
+    trigger = as_dict(lineage.get("trigger"))
+    parts = [f"step {trigger['step']}"] if trigger.get("step") is not None else []
+    if trigger.get("event_id"):
+        parts.append(short(trigger["event_id"]))
+    counts = as_dict(lineage.get("counts"))
+    count_text = ""
+    if counts:
+        count_text = f"kept {counts.get('kept', '?')}/{counts.get('generated', '?')}"
+        reasons = as_dict(counts.get("rejected"))
+        if reasons:
+            count_text += " · " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items()))
+    run = lineage.get("flow_run_id")
+    return (str(generator).rsplit(".", 1)[-1], " · ".join(parts), count_text,
+            short(run) if run else "")
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a dict, else an empty one (lineage is read leniently)."""
+    return value if isinstance(value, dict) else {}
+
+
+def short(value: Any, n: int = 8) -> str:
+    """The first `n` characters of an id, or "-" for none."""
+    return "-" if value is None else str(value)[:n]

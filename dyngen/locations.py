@@ -1,0 +1,16 @@
+"""Where the store is when nobody says: the one place `DYNGEN_STORE_ROOT` is read."""
+
+from __future__ import annotations
+
+import os
+
+ROOT_ENV = "DYNGEN_STORE_ROOT"
+DEFAULT_STORE_ROOT = "dyngen_store"
+# The config's default store.root: the same rule, resolved by OmegaConf when read.
+STORE_ROOT_INTERPOLATION = f"${{oc.env:{ROOT_ENV},{DEFAULT_STORE_ROOT}}}"
+
+
+def store_root(root: str | os.PathLike[str] | None = None) -> str:
+    """`root` when given, else $DYNGEN_STORE_ROOT, else `dyngen_store` (a folder or a URL:
+    kept as text, since a Path would turn s3://bucket into s3:/bucket)."""
+    return os.fspath(root or os.environ.get(ROOT_ENV) or DEFAULT_STORE_ROOT)

@@ -1,0 +1,65 @@
+"""Child processes of ours: started in their own process group, stopped by PID.
+
+Stopping the group stops everything the child started (a flow run of a serve process,
+a server's workers), and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def free_port() -> int:
+    """An unused TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn(args: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path | None = None,
+          user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
+    """Start a process in its own process group, output to `log` (as `user`, if given)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    as_user = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid,
+                                       "extra_groups": []}
+    with open(log, "ab") as out:
+        return subprocess.Popen(list(args), env=dict(env), cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, **as_user)  # type: ignore[call-overload]
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """Stop a process we started and its group: SIGINT, then SIGTERM, then SIGKILL."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)  # the group id is the PID we started
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=timeout if sig != signal.SIGKILL else 10)
+        except subprocess.TimeoutExpired:
+            continue
+    # Children that outlived the leader (e.g. a flow run) share its group id.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class OwnedProcess:
+    """Something that starts one child process of ours (`self.process`) and stops it."""
+
+    process: subprocess.Popen[bytes] | None = None
+
+    def stop_process(self) -> None:
+        """Stop the child and its group by PID, if it runs; then forget it."""
+        if self.process is not None:
+            stop(self.process)
+            self.process = None
