@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("dyngen", "flows", "tasks", "generators")
 # The CLI and the demo start flows on the user's behalf; nothing else in the core may.
@@ -124,9 +122,6 @@ def test_no_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " → ".join(cycle or [])
 
 
-@pytest.mark.xfail(strict=True, reason="dyngen/store/store.py and compaction.py/retention.py "
-                   "import each other lazily; dyngen/store/ is the store engineer's (#13). "
-                   "Remove this mark when the store's modules stop importing each other.")
 def test_no_import_cycle_inside_the_store() -> None:
     cycle = find_cycle(_within_store(import_graph()))
     assert cycle is None, "import cycle: " + " → ".join(cycle or [])

@@ -24,7 +24,7 @@ from dyngen.rows import Row, RowBatch
 from dyngen.store import PROVENANCE_COLUMNS
 
 # One test of list types for the store and this filter (the store's, which writes them).
-from dyngen.store.shards import _is_list, conform
+from dyngen.store.shards import is_list, conform
 
 # Far above any prompt a model trains on (a 128k-token context is well under 1 MiB of
 # text), yet small enough that one junk row cannot stall a round: tokenizing 20 MB of
@@ -195,7 +195,7 @@ def _same_kind(src: pa.DataType, dst: pa.DataType) -> bool:
         return all(src.field(i).name in fields
                    and _same_kind(src.field(i).type, fields[src.field(i).name])
                    for i in range(src.num_fields))
-    if _is_list(src) and _is_list(dst):
+    if is_list(src) and is_list(dst):
         return _same_kind(src.value_type, dst.value_type)
     return False
 
@@ -225,7 +225,7 @@ def _blank(arr: pa.Array) -> np.ndarray:
 def _prompt_suspects(arr: pa.Array) -> np.ndarray | None:
     """Prompts that are null or empty, or hold a null message or a blank role or content."""
     kind = arr.type
-    if not _is_list(kind) or not pa.types.is_struct(kind.value_type):
+    if not is_list(kind) or not pa.types.is_struct(kind.value_type):
         return None
     fields = {kind.value_type.field(i).name: kind.value_type.field(i).type
               for i in range(kind.value_type.num_fields)}
@@ -272,7 +272,7 @@ def _add_bytes(arr: pa.Array, rows: np.ndarray, total: np.ndarray) -> None:
     kind = arr.type
     if not len(arr):
         return
-    if _is_list(kind):
+    if is_list(kind):
         lengths = pc.fill_null(arr.value_lengths(), 0).to_numpy(zero_copy_only=False)
         _add_bytes(arr.flatten(), np.repeat(rows, lengths), total)
         return

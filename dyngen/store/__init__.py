@@ -3,11 +3,11 @@
 from dyngen.store.compaction import CompactionPolicy
 from dyngen.store.maintenance import Problem, gc, verify
 from dyngen.store.names import validate_name
-from dyngen.store.records import LogEntry, ShardInfo, VersionRecord
+from dyngen.store.records import LogEntry, PendingCommit, ShardInfo, VersionRecord
 from dyngen.store.retention import VacuumResult
 from dyngen.store.shards import PROVENANCE_COLUMNS
 from dyngen.store.state import LogState, Retention
-from dyngen.store.store import PendingCommit, Store
+from dyngen.store.store import Store
 
 __all__ = [
     "PROVENANCE_COLUMNS",

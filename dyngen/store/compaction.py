@@ -24,11 +24,11 @@ from dyngen.errors import CompactionConflictError, ConfigError, CorruptionError
 from dyngen.faults import crash_point
 from dyngen.store import shards as sh
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA
-from dyngen.store.records import Run, ShardInfo, VersionRecord
+from dyngen.store.records import PendingCommit, Run, ShardInfo, VersionRecord
 from dyngen.store.state import LogState
 
 if TYPE_CHECKING:
-    from dyngen.store.store import PendingCommit, Store
+    from dyngen.store.store import Store
 
 # Shards within this many tiers of a run's largest belong to its tier (Lucene: 0.75).
 _TIER_SPAN = 0.75
@@ -128,7 +128,6 @@ def compact(store: Store, name: str, policy: CompactionPolicy | None = None, *,
 def prepare_compaction(store: Store, name: str, policy: CompactionPolicy, *,
                        full: bool = False) -> PendingCommit | None:
     """Write the merged shards for the head's runs; None if there is nothing to merge."""
-    from dyngen.store.store import PendingCommit
 
     head = store.state(name)
     plans = []

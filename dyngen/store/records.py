@@ -230,3 +230,28 @@ def typed_field(data: dict[str, Any], key: str, kind: type) -> Any:
         # The type, not the value: a damaged record may hold anything, of any size.
         raise TypeError(f"field {key!r} must be {kind.__name__}, found {type(value).__name__}")
     return value
+
+
+@dataclass(frozen=True)
+class PendingCommit:
+    """A version's change, written but not yet committed, and the parent it expects."""
+
+    dataset: str
+    parent: int | None
+    operation: str
+    new_shards: tuple[ShardInfo, ...] = ()  # data shards this commit wrote
+    rejected: tuple[ShardInfo, ...] = ()  # quarantine shards this commit wrote
+    removed: tuple[str, ...] = ()  # shard paths it drops (a compaction's inputs)
+    runs: tuple[Run, ...] = ()  # a compaction: which new shard replaces which inputs
+    restore_of: int | None = None  # a restore: the version whose rows it sets
+    schema: dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    lineage: dict[str, Any] = field(default_factory=dict)
+    round_id: str | None = None
+    generator: str | None = None
+    prompt_key: str = "prompt"
+
+    @property
+    def version(self) -> int:
+        """The version number this commit will create if it wins."""
+        return 0 if self.parent is None else self.parent + 1

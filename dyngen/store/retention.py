@@ -22,7 +22,7 @@ from dyngen.errors import ConfigError
 from dyngen.faults import crash_point
 from dyngen.store.log import CHECKPOINTS_DIR, KEYS_DIR, VERSIONS_DIR
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR
-from dyngen.store.records import VersionRecord
+from dyngen.store.records import PendingCommit, VersionRecord
 
 if TYPE_CHECKING:
     from dyngen.store.reader import StoreReader
@@ -53,7 +53,6 @@ def vacuum(store: Store, name: str, *, keep_versions: int | None = None,
     current = head.expired_before
     record = None
     if boundary > current and not dry_run:
-        from dyngen.store.store import PendingCommit
 
         retention = {"expired_before": boundary, "keep_versions": keep_versions,
                      "keep_days": keep_days}

@@ -161,12 +161,12 @@ def _dropped_fields(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
             else:
                 out += _dropped_fields(f.type, dst_names[f.name], f"{path}.{f.name}")
         return out
-    if _is_list(src) and _is_list(dst):
+    if is_list(src) and is_list(dst):
         return _dropped_fields(src.value_type, dst.value_type, f"{path}[]")
     return []
 
 
-def _is_list(t: pa.DataType) -> bool:
+def is_list(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 

@@ -14,7 +14,7 @@ import random
 import re
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,7 @@ from dyngen.store import keys as pk
 from dyngen.store import shards as sh
 from dyngen.store.log import VERSIONS_DIR, VersionLog
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA, StoreReader
-from dyngen.store.records import LogEntry, Run, ShardInfo, Snapshot, VersionRecord
+from dyngen.store.records import LogEntry, PendingCommit, ShardInfo, Snapshot, VersionRecord
 from dyngen.store.state import LogState, apply
 
 if TYPE_CHECKING:
@@ -47,31 +47,6 @@ __all__ = ["DATA_DIR", "REJECTED_DIR", "REJECTED_SCHEMA", "VERSIONS_DIR", "Pendi
 
 logger = logging.getLogger(__name__)
 _KEY_IN_TEXT = re.compile(r'"idempotency_key": ("(?:[^"\\]|\\.)*")')
-
-
-@dataclass(frozen=True)
-class PendingCommit:
-    """A version's change, written but not yet committed, and the parent it expects."""
-
-    dataset: str
-    parent: int | None
-    operation: str
-    new_shards: tuple[ShardInfo, ...] = ()  # data shards this commit wrote
-    rejected: tuple[ShardInfo, ...] = ()  # quarantine shards this commit wrote
-    removed: tuple[str, ...] = ()  # shard paths it drops (a compaction's inputs)
-    runs: tuple[Run, ...] = ()  # a compaction: which new shard replaces which inputs
-    restore_of: int | None = None  # a restore: the version whose rows it sets
-    schema: dict[str, Any] = field(default_factory=dict)
-    idempotency_key: str | None = None
-    lineage: dict[str, Any] = field(default_factory=dict)
-    round_id: str | None = None
-    generator: str | None = None
-    prompt_key: str = "prompt"
-
-    @property
-    def version(self) -> int:
-        """The version number this commit will create if it wins."""
-        return 0 if self.parent is None else self.parent + 1
 
 
 class Store(StoreReader):
