@@ -24,7 +24,7 @@ from dyngen.rows import Row, RowBatch
 from dyngen.store import PROVENANCE_COLUMNS
 
 # One test of list types for the store and this filter (the store's, which writes them).
-from dyngen.store.shards import is_list, conform
+from dyngen.store.shards import conform, is_list
 
 # Far above any prompt a model trains on (a 128k-token context is well under 1 MiB of
 # text), yet small enough that one junk row cannot stall a round: tokenizing 20 MB of
