@@ -77,8 +77,8 @@ def _import_ray_task_runner() -> type[TaskRunner]:
     except ImportError as exc:
         raise MissingDependencyError(
             f"round.task_runner.kind is ray, but {exc.name or 'ray'} is not installed. "
-            f"Install the Ray extra: {RAY_EXTRA} (ray and prefect-ray), or set "
-            "round.task_runner.kind=threads.") from exc
+            f"Install the Ray extra: {RAY_EXTRA} (ray and prefect-ray; prefect-ray needs "
+            "Python 3.11 or newer), or set round.task_runner.kind=threads.") from exc
     return RayTaskRunner
 
 
