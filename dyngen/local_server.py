@@ -204,17 +204,17 @@ class LocalServer(OwnedProcess):
     def __post_init__(self) -> None:
         if self.database not in DATABASES:
             raise PrefectServerError(f"database must be one of {', '.join(DATABASES)}, "
-                              f"found {self.database!r}.")
-
-    @property
-    def api_url(self) -> str:
-        """The API address clients use (PREFECT_API_URL)."""
-        return f"http://127.0.0.1:{self.port}/api"
+                                     f"found {self.database!r}.")
 
     @property
     def ui_url(self) -> str:
         """The address of the Prefect UI."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        """The API address clients use (PREFECT_API_URL): the UI's address + /api."""
+        return self.ui_url + "/api"
 
     @property
     def log(self) -> Path:
@@ -239,7 +239,7 @@ class LocalServer(OwnedProcess):
         prefect = Path(sys.executable).with_name("prefect")
         # The UI must call this server's API, not the default port 4200.
         extra = {"PREFECT_UI_API_URL": self.api_url}
-        try:
+        with self.stopped_on_failure():
             if self.database == "postgresql":
                 if self.postgres is None:  # the same cluster (and port) across restarts
                     from dyngen.postgres import LocalPostgres
@@ -254,9 +254,6 @@ class LocalServer(OwnedProcess):
             self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
                                   "--port", str(self.port)], env, self.log)
             wait_healthy(self.api_url, timeout, self.process)
-        except BaseException:
-            self.stop()
-            raise
         return self
 
     def stop(self) -> None:

@@ -76,16 +76,9 @@ class LocalPostgres(OwnedProcess):
         args = [str(postgres_bin("postgres")), "-D", str(self.data), "-p", str(self.port),
                 "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="]
         self.process = spawn(args, os.environ, self.log, cwd=self.folder, user=user)
-        try:
+        with self.stopped_on_failure():
             self._wait_ready(timeout)
-        except BaseException:
-            self.stop()
-            raise
         return self
-
-    def stop(self) -> None:
-        """Stop the cluster by its PID (SIGINT: PostgreSQL's fast shutdown)."""
-        self.stop_process()
 
     def _initdb(self, user: pwd.struct_passwd | None) -> None:
         args = [str(postgres_bin("initdb")), "-D", str(self.data), "-U", SUPERUSER,

@@ -12,7 +12,7 @@ import pwd
 import signal
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 
@@ -63,3 +63,16 @@ class OwnedProcess:
         if self.process is not None:
             stop(self.process)
             self.process = None
+
+    def stop(self) -> None:
+        """Stop everything this object started (override to stop more than the child)."""
+        self.stop_process()
+
+    @contextlib.contextmanager
+    def stopped_on_failure(self) -> Iterator[None]:
+        """Stop everything started so far if the block fails (then let the error go on)."""
+        try:
+            yield
+        except BaseException:
+            self.stop()
+            raise
