@@ -35,18 +35,18 @@ def split_url(root: str | os.PathLike[str]) -> tuple[str, str] | None:
     return found.group(1).lower(), found.group(2)
 
 
-def is_remote(root: str | os.PathLike[str]) -> bool:
-    """Whether `root` names a store that is not on the local file system."""
+def local_path(root: str | os.PathLike[str]) -> Path | None:
+    """The folder a local root (a path or file://) names, as given; None for a URL root."""
     parts = split_url(root)
-    return parts is not None and parts[0] != "file"
+    if parts is None:
+        return Path(root)
+    return Path(parts[1]) if parts[0] == "file" else None
 
 
 def absolute_root(root: str | os.PathLike[str]) -> str:
     """`root` as other processes can use it: a resolved local path, or the URL unchanged."""
-    parts = split_url(root)
-    if parts is not None and parts[0] != "file":
-        return str(root)
-    return str(Path(parts[1] if parts else root).resolve())
+    local = local_path(root)
+    return str(root) if local is None else str(local.resolve())
 
 
 def local_folder_for(root: str | os.PathLike[str]) -> Path:
@@ -56,9 +56,11 @@ def local_folder_for(root: str | os.PathLike[str]) -> Path:
     `<user data folder>/dyngen/<scheme>/<rest>` ($XDG_DATA_HOME, else ~/.local/share),
     the same for every process of one machine.
     """
+    local = local_path(root)
+    if local is not None:
+        return local
     parts = split_url(root)
-    if parts is None or parts[0] == "file":
-        return Path(parts[1] if parts else root)
+    assert parts is not None  # local_path is None only for a URL
     scheme, rest = parts
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     clean = [p for p in rest.split("/") if p not in ("", ".", "..")]
@@ -96,12 +98,14 @@ def open_backend(root: str | os.PathLike[str], *,
                  single_writer: bool = False,
                  cache_dir: str | os.PathLike[str] | None = None) -> Backend:
     """The backend for a store root: LocalBackend for paths and file://, else fsspec."""
-    parts = split_url(root)
-    if parts is None or parts[0] == "file":
+    local = local_path(root)
+    if local is not None:
         if isinstance(root, str) and not root.strip():
             raise ConfigError("store root is empty; expected a local folder or a URL such as "
                               "s3://bucket/stores/main. Set store.root or --root.")
-        return LocalBackend(Path(parts[1] if parts else root).resolve())
+        return LocalBackend(local.resolve())
+    parts = split_url(root)
+    assert parts is not None  # local_path is None only for a URL
     scheme, rest = parts
     fs_class = _filesystem_class(str(root), scheme)
     options = dict(storage_options or {})
