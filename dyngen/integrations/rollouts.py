@@ -17,11 +17,12 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import datasets
 
 from dyngen.store import Store
+from dyngen.store.backend import replace_durably
 from dyngen.store.location import local_folder_for
 from dyngen.store.names import validate_name
 
@@ -66,15 +67,11 @@ def rollout_record(prompt: Any, score: Any, ground_truth: Any = None) -> dict[st
 
 def write_rollouts(path: Path, records: Iterable[Mapping[str, Any]]) -> Path:
     """Write a rollouts JSONL file whole (temp file, fsync, rename); return its path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    def lines(fh: BinaryIO) -> None:
         for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+            fh.write((json.dumps(record, ensure_ascii=False, default=str) + "\n").encode())
+
+    return replace_durably(path, lines)
 
 
 @dataclass

@@ -177,6 +177,18 @@ def durable_temp(path: Path, data: bytes | Writer) -> Path:
     return tmp
 
 
+def replace_durably(path: Path, data: bytes | Writer) -> Path:
+    """Set `path`'s whole content: an fsynced temp file renamed over it (readers see the old
+    file or the new one, never half of one). For files that may be replaced; a store's
+    immutable files are created with `write_new`."""
+    tmp = durable_temp(path, data)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def _fsync_dir(folder: Path) -> None:
     """Make a directory entry durable (a no-op where the platform cannot)."""
     try:

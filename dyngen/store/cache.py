@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dyngen.store import shards as sh
-from dyngen.store.backend import durable_temp
+from dyngen.store.backend import replace_durably
 
 CACHE_ENV = "DYNGEN_CACHE_DIR"
 
@@ -65,11 +65,7 @@ class ShardCache:
             target.unlink(missing_ok=True)
             return target
         # Durable before it has its name: a prompt-key copy is trusted by its size alone.
-        tmp = durable_temp(target, data)
-        try:
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        replace_durably(target, data)
         # Kept even if its hash differs from the record: the caller's check reports the
         # damage, and the next read fetches it again.
         if sha256 is not None and hashlib.sha256(data).hexdigest() == sha256:
