@@ -25,7 +25,6 @@ def round_(
 ) -> None:
     """Run one generation round now, as a Prefect flow run, and print what it committed."""
     from dyngen.config import round_params
-    from dyngen.local_server import ensure_prefect_api
     from flows.in_process import run_round
 
     state = get_state(ctx)
@@ -34,7 +33,6 @@ def round_(
     rollouts = rollouts.resolve() if rollouts is not None else None
     params = round_params(path=config or state.config_path, overrides=overrides or [],
                           root=state.root, rollouts_dirs=[rollouts.parent] if rollouts else [])
-    ensure_prefect_api()  # a temporary server, if any, starts now, patiently and announced
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}
