@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dyngen.errors import CorruptionError
+from dyngen.faults import crash_point
 from dyngen.progress import QUIET, Bar
 from dyngen.store import lsh
 from dyngen.store.minhash import LshParams, hash_prompts
@@ -128,6 +129,7 @@ def build_derived(store: StoreReader, name: str, info: ShardInfo, params: LshPar
     data = sidecar_bytes(prompts, params, progress)
     with contextlib.suppress(FileExistsError):  # another process hashed it: the same bytes
         store.backend.write_new(derived_rel(name, info, params.digest()), data)
+    crash_point("index.after_derived_write")
     found = derived_sidecar(store, name, info, params.digest())
     assert found is not None
     return found
