@@ -23,6 +23,7 @@ from dyngen.rows import Row, column_of
 from dyngen.store import Store
 from dyngen.store import shards as sh
 from dyngen.store.index import ShardIndex, version_index
+from dyngen.store.lsh import Queries
 from dyngen.store.minhash import (
     Hashed,
     LshParams,
@@ -93,15 +94,15 @@ class NearDuplicateFilter(RowFilter):
         if version is None:
             return {}
         parts = self._index(version)
-        pairs = [part.sidecar.lookup(hashed.keys[todo], hashed.number_hashes[todo])
-                 for part in parts]
-        queries = np.concatenate([q for q, _ in pairs]) if pairs else np.empty(0, np.int64)
-        if not len(queries):
+        queries = Queries.of(hashed.keys[todo], hashed.number_hashes[todo])
+        pairs = [part.sidecar.lookup(queries) for part in parts]
+        asked = np.concatenate([q for q, _ in pairs]) if pairs else np.empty(0, np.int64)
+        if not len(asked):
             return {}
         shard = np.concatenate([np.full(len(q), k) for k, (q, _) in enumerate(pairs)])
         rows = np.concatenate([r for _, r in pairs])
         # One candidate per (new row, stored row); the bands it shares rank it.
-        found, bands = np.unique(np.stack([queries, shard, rows]), axis=1, return_counts=True)
+        found, bands = np.unique(np.stack([asked, shard, rows]), axis=1, return_counts=True)
         chosen: dict[int, list[tuple[int, int]]] = {}
         for k in np.lexsort((-bands, found[0])):
             q, s, r = (int(x) for x in found[:, k])
@@ -164,27 +165,43 @@ class NearDuplicateFilter(RowFilter):
     def _in_round(self, hashed: Hashed, todo: list[int], sig_of: dict[int, int],
                   out: list[str | None]) -> None:
         """Each row against the rows of this round kept before it."""
-        buckets: dict[tuple[int, int], list[int]] = {}
-        for i in todo:
-            seen: dict[int, int] = {}
-            for key in hashed.keys[i].tolist():
-                for j in buckets.get((key, int(hashed.number_hashes[i])), ()):
-                    seen[j] = seen.get(j, 0) + 1
+        earlier = _shared_bands(hashed, todo)
+        for i in sorted(earlier):
             match = None
-            for j in sorted(seen, key=lambda j: -seen[j])[:MAX_CANDIDATES]:
-                other = hashed.sets[j]
-                assert other is not None
-                score = jaccard(hashed.sets[i] or set(), other)
-                if hashed.numbers[j] == hashed.numbers[i] and score >= self.threshold \
-                        and (match is None or score > match.exact):
+            ranked = sorted(earlier[i].items(), key=lambda item: -item[1])
+            for j, _ in ranked[:MAX_CANDIDATES]:
+                if out[j] is not None or hashed.numbers[j] != hashed.numbers[i]:
+                    continue  # rejected rows are not in the dataset; other numbers
+                score = jaccard(hashed.sets[i] or set(), hashed.sets[j] or set())
+                if score >= self.threshold and (match is None or score > match.exact):
                     estimate = float(np.mean(hashed.signatures[sig_of[i]]
                                              == hashed.signatures[sig_of[j]]))
                     match = Match(f"generated row {j} of this round", score, estimate)
             if match is not None:
                 out[i] = _detail(match)
-                continue
-            for key in hashed.keys[i].tolist():
-                buckets.setdefault((key, int(hashed.number_hashes[i])), []).append(i)
+
+
+def _shared_bands(hashed: Hashed, todo: list[int]) -> dict[int, dict[int, int]]:
+    """For each row, the earlier rows of `todo` sharing a band and its number hash with it,
+    and how many bands they share."""
+    if len(todo) < 2:
+        return {}
+    rows = np.asarray(todo)
+    salt = hashed.number_hashes[rows].astype(np.uint64)[:, None] * np.uint64(0x9E3779B97F4A7C15)
+    flat = (hashed.keys[rows] ^ salt).reshape(-1)
+    owner = np.repeat(rows, hashed.keys.shape[1])
+    order = np.argsort(flat, kind="stable")  # stable: each run lists its rows in order
+    flat, owner = flat[order], owner[order]
+    cuts = np.flatnonzero(np.diff(flat)) + 1
+    starts, ends = np.r_[0, cuts], np.r_[cuts, len(flat)]
+    out: dict[int, dict[int, int]] = {}
+    for k in np.flatnonzero(ends - starts >= 2).tolist():  # keys shared by two rows or more
+        members = owner[starts[k]:ends[k]].tolist()
+        for k, i in enumerate(members):
+            for j in members[:k]:
+                if j != i:
+                    out.setdefault(i, {})[j] = out.setdefault(i, {}).get(j, 0) + 1
+    return out
 
 
 def _detail(match: Match) -> str:

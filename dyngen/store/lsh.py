@@ -62,29 +62,40 @@ class Sidecar:
     rows: np.ndarray
     number_hashes: np.ndarray
 
-    def lookup(self, keys: np.ndarray, number_hashes: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """(query, row) pairs whose band key matches and whose numbers' hash agrees.
-
-        `keys` is (queries, bands); a pair appears once per band it matches in.
-        """
-        if not len(self.keys) or not keys.size:
+    def lookup(self, queries: Queries) -> tuple[np.ndarray, np.ndarray]:
+        """(query, row) pairs whose band key matches and whose numbers' hash agrees; a pair
+        appears once per band it matches in."""
+        if not len(self.keys) or not len(queries.keys):
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        flat = keys.reshape(-1)
-        left = np.searchsorted(self.keys, flat, "left")
-        right = np.searchsorted(self.keys, flat, "right")
-        counts = right - left
-        hit = np.flatnonzero(counts)
+        # Sorted needles walk the memory-mapped keys in one direction: few pages, each once.
+        left = np.searchsorted(self.keys, queries.keys, "left")
+        hit = np.flatnonzero(self.keys[np.minimum(left, len(self.keys) - 1)] == queries.keys)
         if not len(hit):
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        reps = counts[hit]
+        reps = np.searchsorted(self.keys, queries.keys[hit], "right") - left[hit]
         # Every stored entry in [left, right) of each hit: offsets within each run.
         starts = np.repeat(left[hit], reps)
         within = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
         rows = self.rows[starts + within].astype(np.int64)
-        queries = np.repeat(hit // keys.shape[1], reps)
-        same = self.number_hashes[rows] == number_hashes[queries]
-        return queries[same], rows[same]
+        ids = np.repeat(queries.ids[hit], reps)
+        same = self.number_hashes[rows] == queries.number_hashes[ids]
+        return ids[same], rows[same]
+
+
+@dataclass(frozen=True)
+class Queries:
+    """New rows' band keys, sorted once for every shard's lookup."""
+
+    keys: np.ndarray  # every band key of every query, sorted
+    ids: np.ndarray  # the query each key belongs to
+    number_hashes: np.ndarray  # per query
+
+    @classmethod
+    def of(cls, keys: np.ndarray, number_hashes: np.ndarray) -> Queries:
+        """From (queries, bands) keys and one number hash per query."""
+        flat = keys.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        return cls(flat[order], order // keys.shape[1], np.asarray(number_hashes))
 
 
 def read(path: Path) -> Sidecar:

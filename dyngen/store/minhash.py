@@ -125,7 +125,7 @@ def signatures(sets: list[set[str]], params: LshParams) -> np.ndarray:
 
     if not sets:
         return np.empty((0, params.num_perm), dtype=np.uint32)
-    digests = RMinHash.digests_from_token_sets([sorted(s) for s in sets], params.num_perm,
+    digests = RMinHash.digests_from_token_sets([list(s) for s in sets], params.num_perm,
                                               SEED)
     flat = np.fromiter(chain.from_iterable(digests), dtype=np.uint32,
                        count=len(sets) * params.num_perm)
@@ -165,12 +165,12 @@ class Hashed:
 
 def hash_prompts(prompts: list[Any], params: LshParams, min_words: int = 0) -> Hashed:
     """Everything near-duplicate detection needs of some prompts, in one pass."""
-    texts = [prompt_text(p) for p in prompts]
-    tokens = [words(t) for t in texts]
+    texts = [unicodedata.normalize("NFKC", prompt_text(p)) for p in prompts]
+    tokens = [WORD.findall(t.lower()) for t in texts]
     eligible = np.array([len(t) >= max(min_words, 1) for t in tokens], dtype=bool)
     sets: list[set[str] | None] = [shingles(t, params.ngram) if ok else None
                                    for t, ok in zip(tokens, eligible.tolist(), strict=True)]
-    nums = [numbers(t) for t in texts]
+    nums = [tuple(NUMBER.findall(t)) for t in texts]  # as `numbers`, already normalised
     sigs = signatures([s for s in sets if s is not None], params)
     keys = np.zeros((len(prompts), params.bands), dtype=np.uint64)
     keys[eligible] = band_keys(sigs, params)
