@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from dyngen.filters.base import RowFilter
 from dyngen.progress import Bar, progress_bar
@@ -131,12 +130,13 @@ class NearDuplicateFilter(RowFilter):
             part = parts[s]
             rows = sorted(r for t, r in wanted if t == s)
             table = sh.open_table(self.store.shard_path(self.dataset, part.info, version)).table
-            picked = table.select([c for c in (self.prompt_key, sh.VERSION_COLUMN)
-                                   if c in table.column_names]).take(pa.array(rows))
-            prompts = picked.column(self.prompt_key).to_pylist()
-            added = picked.column(sh.VERSION_COLUMN).to_pylist() \
-                if sh.VERSION_COLUMN in picked.column_names else [None] * len(rows)
-            for r, prompt, v in zip(rows, prompts, added, strict=True):
+            table = table.select([c for c in (self.prompt_key, sh.VERSION_COLUMN)
+                                  if c in table.column_names])
+            # One zero-copy slice per row: `take` on a shard's many record batches would
+            # first copy the whole column into one.
+            picked = [table.slice(r, 1).to_pylist()[0] for r in rows]
+            for r, found in zip(rows, picked, strict=True):
+                prompt, v = found[self.prompt_key], found.get(sh.VERSION_COLUMN)
                 by = "" if v is None else f" (added by version {v})"
                 out[(s, r)] = (prompt_text(prompt),
                                f"row {part.start + r} of version {version}{by}")

@@ -232,3 +232,12 @@ except OSError as exc:
     store = Store(tmp_path)
     on_disk = {f"data/{p.name}" for p in (tmp_path / "ds" / "data").iterdir()}
     assert on_disk == set(store.head("ds").shards[0].files)  # only version 0's
+
+
+def test_settings_that_cannot_band_are_refused_by_the_config() -> None:
+    from dyngen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_perm: expected a multiple of"):
+        load_config(overrides=["round.near_duplicate.num_perm=100"])
+    with pytest.raises(ConfigError, match="threshold: expected a number in"):
+        load_config(overrides=["round.near_duplicate.threshold=1.5"])
