@@ -1,4 +1,5 @@
-"""Store maintenance as a flow run: compact every dataset, and apply retention if asked.
+"""Store maintenance as a flow run: compact every dataset, rebuild what its near-duplicate
+index lacks, and apply retention if asked.
 
 The alternative to compacting after each round (`round.compaction.enabled`): the
 `store-maintenance` deployment in prefect.yaml runs this on a schedule. It commits
@@ -12,11 +13,13 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from dyngen.config import load_config
+from dyngen.filters.near_duplicate import params_of
 from dyngen.round import compaction_policy
 from dyngen.store import Store
 from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
 from tasks.compact import compact_head
+from tasks.index import rebuild_index_of
 from tasks.vacuum import vacuum_dataset
 
 
@@ -24,15 +27,19 @@ from tasks.vacuum import vacuum_dataset
 def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = None,
                    keep_versions: int | None = None, keep_days: float | None = None,
                    grace_seconds: float | None = None) -> dict[str, Any]:
-    """Compact `dataset` (every dataset under the root if None); vacuum if a rule is given."""
+    """Compact `dataset` (every dataset under the root if None), index what its
+    near-duplicate sidecars miss (`dyngen rebuild-index`); vacuum if a rule is given."""
     cfg = load_config(base=config)
     policy = compaction_policy(cfg)  # the numbers a round would use, enabled or not
     root = store_settings(cfg.store)
     names = [validate_name(dataset)] if dataset else Store.from_config(root).list_datasets()
     logger = get_run_logger()
     done: dict[str, Any] = {}
+    near = cfg.round.near_duplicate
     for name in names:
         done[name] = {"compacted": compact_head(root, name, policy)}
+        if near.enabled:
+            done[name]["indexed_shards"] = rebuild_index_of(root, name, params_of(near))
         if keep_versions is not None or keep_days is not None:
             done[name]["vacuum"] = vacuum_dataset(root, name, keep_versions, keep_days,
                                                   grace_seconds)
