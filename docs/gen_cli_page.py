@@ -1,0 +1,43 @@
+"""Append the `dyngen` command's reference, generated from its typer app, to reference/cli.md.
+
+Run by mkdocs-gen-files at build time. The app is found through the `dyngen` console
+script's entry point (today `dyngen.cli:main`), and its Markdown comes from typer's own
+generator (`typer <module> utils docs`), so a command or option added later, or the app
+moved to another module, appears here with no edit.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import mkdocs_gen_files
+
+PAGE = "reference/cli.md"
+
+
+def app_module() -> str:
+    """The module that the `dyngen` console script's entry point names."""
+    found = [ep for ep in entry_points(group="console_scripts") if ep.name == "dyngen"]
+    if not found:
+        raise SystemExit("gen_cli_page: no `dyngen` console script is installed; run "
+                         "`pip install -e .` before building the docs.")
+    return found[0].value.partition(":")[0]
+
+
+def typer_markdown(module: str) -> str:
+    """typer's Markdown for the app in `module`, its headings one level down."""
+    done = subprocess.run([sys.executable, "-m", "typer", module, "utils", "docs",
+                           "--name", "dyngen"], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"gen_cli_page: `typer {module} utils docs` failed "
+                         f"(exit {done.returncode}):\n{done.stderr}")
+    lines = []
+    for line in done.stdout.splitlines():
+        lines.append("#" + line if line.startswith("#") else line)
+    return "\n".join(lines) + "\n"
+
+
+with mkdocs_gen_files.open(PAGE, "a") as page:
+    page.write("\n" + typer_markdown(app_module()))
