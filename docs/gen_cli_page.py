@@ -8,11 +8,13 @@ moved to another module, appears here with no edit.
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from importlib.metadata import entry_points
 
 import mkdocs_gen_files
+import typer
 
 PAGE = "reference/cli.md"
 
@@ -26,10 +28,23 @@ def app_module() -> str:
     return found[0].value.partition(":")[0]
 
 
+def app_name(module: str) -> str:
+    """The name of the one `typer.Typer` in `module` (typer's own lookup would fall back to
+    documenting a plain `main` function as the whole CLI)."""
+    loaded = importlib.import_module(module)
+    names = [name for name, value in vars(loaded).items() if isinstance(value, typer.Typer)]
+    if len(names) != 1:
+        raise SystemExit(f"gen_cli_page: expected one typer.Typer app in {module} (the "
+                         f"`dyngen` entry point's module), found {names or 'none'}; "
+                         "export the app there.")
+    return names[0]
+
+
 def typer_markdown(module: str) -> str:
     """typer's Markdown for the app in `module`, its headings one level down."""
-    done = subprocess.run([sys.executable, "-m", "typer", module, "utils", "docs",
-                           "--name", "dyngen"], capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "typer", "--app", app_name(module), module,
+                           "utils", "docs", "--name", "dyngen"],
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"gen_cli_page: `typer {module} utils docs` failed "
                          f"(exit {done.returncode}):\n{done.stderr}")

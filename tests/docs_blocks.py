@@ -16,6 +16,9 @@ and one page-level comment, anywhere on a page:
                                                   ./dyngen_store with the dataset gsm8k-dyn
                                                   (versions 0..3) and ./train.parquet
 
+A `bash` block of plain `dyngen` commands (no shell syntax) can run in-process; any
+other needs a shell (`dyngen_commands` tells which).
+
 A fence's `title="path"` (shown on the site as the file's name) makes the block a file
 that the page's folder gets before the blocks after it run. `--8<-- "path"` lines are
 replaced by that repository file, as the site's pymdownx.snippets does.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,3 +183,24 @@ def _missing_test(named: list[str]) -> list[str]:
             return [f"`covered-by` names {named[0]!r}, but {path} has no {name!r}"]
         scope = match[0].body if isinstance(match[0], ast.ClassDef) else []
     return []
+
+
+_SHELL_SYNTAX = re.compile(r"[;|&$<>`(){}*?~]")
+
+
+def dyngen_commands(code: str) -> list[list[str]] | None:
+    """The argv (after `dyngen`) of each command, if the block is only plain `dyngen`
+    commands (no shell syntax); else None, and the block needs a shell."""
+    joined = re.sub(r"\\\n", " ", code)
+    commands = []
+    for line in joined.splitlines():
+        line = line.split(" #")[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if _SHELL_SYNTAX.search(line):
+            return None
+        argv = shlex.split(line)
+        if argv[0] != "dyngen":
+            return None
+        commands.append(argv[1:])
+    return commands or None

@@ -1,11 +1,12 @@
 """Every code block of the documentation site runs, or its markup says why it does not.
 
 Each page under docs/ is found by itself (a new page is covered with no edit here); its
-blocks run in order in a fresh folder of their own, as a reader would type them:
-`python` blocks in one namespace per page, `bash` blocks with the installed `dyngen` and
-PREFECT_API_URL pointing at the session's real Prefect server, `yaml` blocks parsed (a
-dyngen config is loaded and checked), titled blocks written as the files they name. The
-markup is described in tests/docs_blocks.py.
+blocks run in order in a fresh folder of their own, as a reader would type them there:
+`python` blocks in one namespace per page; `bash` blocks of plain `dyngen` commands
+through the typer app in this process (as tests/test_cli.py runs the CLI), other `bash`
+blocks in bash with the installed `dyngen` on PATH, both against the session's real
+Prefect server; `yaml` blocks parsed, a dyngen config loaded through its checks; titled
+blocks written as the files they name. The markup is described in tests/docs_blocks.py.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import contextlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ from tests.docs_blocks import (
     YAML,
     Block,
     blocks,
+    dyngen_commands,
     page_fixtures,
     pages,
     problems,
@@ -65,6 +69,14 @@ def test_the_markup_check_finds_what_it_should(tmp_path: Path) -> None:
     assert "without a language" in found[0]
     assert "needs a reason" in found[1]
     assert "has no 'test_nothing_here'" in found[2]
+
+
+def test_plain_dyngen_blocks_run_in_process_and_the_rest_in_bash() -> None:
+    assert dyngen_commands("dyngen round ds a=b \\\n    --step 1  # why\ndyngen log ds\n") == [
+        ["round", "ds", "a=b", "--step", "1"], ["log", "ds"]]
+    assert dyngen_commands("dyngen emit --flush; ls\n") is None
+    assert dyngen_commands("export X=1\ndyngen log ds\n") is None
+    assert dyngen_commands("prefect server start\n") is None
 
 
 @pytest.fixture(scope="session")
@@ -140,9 +152,12 @@ def _check(block: Block, folder: Path, namespace: dict[str, Any], env: dict[str,
             return ""  # a file for later blocks (a generator, a filter), not a script
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(compiled, namespace)  # noqa: S102 - the page's own example code
+            exec(compiled, namespace)  # the page's own example, as a reader runs it
         return out.getvalue()
     if block.lang in SHELL:
+        commands = dyngen_commands(block.code)
+        if commands is not None:
+            return _run_in_process(block, commands)
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=folder,
                               env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (f"{block.where}: exit {done.returncode}\n{block.code}\n"
@@ -156,6 +171,28 @@ def _check(block: Block, folder: Path, namespace: dict[str, Any], env: dict[str,
             if text.strip():
                 json.loads(text)
     return ""
+
+
+def _run_in_process(block: Block, commands: list[list[str]]) -> str:
+    """`dyngen` commands through the typer app in this process, as tests/test_cli.py runs
+    them: the same code a shell would start, without paying its imports per command."""
+    from typer.testing import CliRunner
+
+    from dyngen.cli import app
+
+    printed = ""
+    for argv in commands:
+        result = CliRunner(env={"DYNGEN_STORE_ROOT": None, "COLUMNS": "200"}).invoke(
+            app, argv)
+        assert result.exit_code == 0, (f"{block.where}: `dyngen {shlex.join(argv)}` exited "
+                                       f"{result.exit_code}\n{result.output}"
+                                       f"{_traceback(result.exc_info)}")
+        printed += result.stdout
+    return printed
+
+
+def _traceback(exc_info: Any) -> str:
+    return "".join(traceback.format_exception(*exc_info)) if exc_info else ""
 
 
 def _check_yaml(block: Block, folder: Path) -> None:
