@@ -62,6 +62,11 @@ class SchemaMismatchError(StoreError, ValueError):
     """Rows do not fit the dataset's schema."""
 
 
+class StoreFullError(StoreError, OSError):
+    """A local store's disk (or quota, or file size limit) had no room for a write; the write
+    committed nothing."""
+
+
 class CorruptionError(StoreError):
     """A version record or shard on disk is damaged, missing or out of bounds."""
 

@@ -38,6 +38,7 @@ from dyngen.store.log import VERSIONS_DIR, VersionLog
 from dyngen.store.minhash import LshParams
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA, StoreReader
 from dyngen.store.records import LogEntry, PendingCommit, ShardInfo, Snapshot, VersionRecord
+from dyngen.store.room import reports_full_disk
 from dyngen.store.state import LogState, apply
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class Store(StoreReader):
             self.abort(pending)  # the data shard just written is never left behind
             raise
 
+    @reports_full_disk
     def commit(self, pending: PendingCommit) -> VersionRecord:
         """Create the version record for `pending`, or raise CommitConflictError.
 
@@ -346,6 +348,7 @@ class Store(StoreReader):
                                       f"{table.column_names}.")
         return self.write_shard(name, REJECTED_DIR, sh.conform(table, REJECTED_SCHEMA))
 
+    @reports_full_disk
     def write_shard(self, name: str, sub: str, table: pa.Table, prompt_key: str | None = None,
                     *, keys: np.ndarray | None = None, lsh: bytes | None = None,
                     index: LshParams | None = None,
