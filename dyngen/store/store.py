@@ -24,6 +24,7 @@ import pyarrow as pa
 from dyngen.errors import (
     CommitConflictError,
     CompactionConflictError,
+    ConfigError,
     CorruptionError,
     DatasetExistsError,
     SchemaMismatchError,
@@ -200,14 +201,29 @@ class Store(StoreReader):
                 pending = self.rebase(pending)
         raise AssertionError("unreachable")
 
-    def append(self, name: str, rows: sh.Rows, **kwargs: Any) -> VersionRecord:
-        """Append rows as a new version, rebasing over concurrent commits."""
+    def append(self, name: str, rows: sh.Rows, *, compact: bool | CompactionPolicy = True,
+               **kwargs: Any) -> VersionRecord:
+        """Append rows as a new version, rebasing over concurrent commits; returns its record.
+
+        Then, as a round does, the head's small shards are compacted by the default policy
+        (`compact`: a CompactionPolicy of your own, or False for none), so a loop of appends
+        keeps the head's shards, and so its checkpoints, small. The head may then be a
+        later `compact` version. A failed compaction only warns: the append is committed.
+        """
+        policy = _append_policy(compact)
         pending = self.prepare_append(name, rows, **kwargs)
         try:
-            return self.commit_with_rebase(pending)
+            record = self.commit_with_rebase(pending)
         except BaseException:
             self.abort(pending)
             raise
+        if policy is not None:
+            try:
+                self.compact(name, policy)
+            except Exception as exc:  # the rows are committed; compaction can wait
+                logger.warning("dyngen: compacting %s after appending version %d failed "
+                               "(the version is committed): %s", name, record.version, exc)
+        return record
 
     def restore(self, name: str, version: int, *,
                 idempotency_key: str | None = None) -> VersionRecord:
@@ -394,6 +410,18 @@ class Store(StoreReader):
         written.append(rel)  # before the write: a failed write may leave the file
         self.backend.write_new(f"{name}/{rel}", data)
         return rel
+
+
+def _append_policy(compact: bool | CompactionPolicy) -> CompactionPolicy | None:
+    """The policy `Store.append(compact=...)` names: True the default one, False none."""
+    from dyngen.store.compaction import CompactionPolicy
+
+    if isinstance(compact, CompactionPolicy):
+        return compact
+    if isinstance(compact, bool):
+        return CompactionPolicy() if compact else None
+    raise ConfigError(f"append: compact expects True, False or a CompactionPolicy, found "
+                      f"{compact!r}.")
 
 
 def _record_stage(stage: str) -> None:
