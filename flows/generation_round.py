@@ -56,6 +56,12 @@ class RoundFlow(Flow):
             shown["overrides"] = redact_overrides(shown["overrides"])
         return super().serialize_parameters(shown)
 
+    def with_options(self, **options: Any) -> RoundFlow:
+        """Prefect's copy with other options, still a RoundFlow (Prefect's makes a Flow)."""
+        copy = super().with_options(**options)
+        copy.__class__ = RoundFlow
+        return copy
+
 
 def round_flow(**options: Any) -> Callable[[Callable[..., Any]], RoundFlow]:
     """`@flow(**options)`, making a RoundFlow."""

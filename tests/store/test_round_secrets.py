@@ -122,6 +122,14 @@ def test_a_rounds_credentials_are_used_but_never_recorded(s3_endpoint: str,
         assert value.encode() not in stored
 
 
+def test_a_copy_of_the_round_with_other_options_redacts_too() -> None:
+    config = {"store": {"root": "s3://b/x", "storage_options": {"secret": SECRET}}}
+    copy = generation_round.with_options(retries=1)
+    shown = copy.serialize_parameters({"dataset": "ds", "config": config})
+    assert shown["config"]["store"]["storage_options"] == {"secret": REDACTED}
+    assert copy.retries == 1 and config["store"]["storage_options"]["secret"] == SECRET
+
+
 def test_a_deployment_refuses_credentials_naming_the_option_and_the_variable(
         tmp_path: Path) -> None:
     config = {"store": {"root": "s3://bucket/stores/main",
