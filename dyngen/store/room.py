@@ -43,13 +43,11 @@ def no_room(store: StoreReader, dataset: str | None, exc: OSError) -> StoreFullE
             head = -1
         state = (f": dataset {dataset!r} was not created" if head is None else
                  f": dataset {dataset!r} is at version {head}" if head >= 0 else "")
-    error = StoreFullError(
+    return StoreFullError(
         f"{cause} ({exc.strerror or 'no room'}{where}). Nothing was committed{state}. Free "
         f"space on that disk (`df -h {store.root}`) or move the store to a larger one "
         f"(--root, store.root), then run again; `dyngen gc {dataset or 'NAME'}` removes what "
-        "failed writes left behind.")
-    error.errno = exc.errno
-    return error
+        "failed writes left behind.", exc.errno, exc.strerror, exc.filename)
 
 
 def reports_full_disk(method: Callable[..., _T]) -> Callable[..., _T]:
