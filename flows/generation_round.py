@@ -14,15 +14,14 @@ deployment, whose parameters Prefect keeps as given, is refused if they hold one
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prefect import Flow, get_run_logger
-from prefect.context import FlowRunContext
+from prefect import get_run_logger
 from prefect.runtime import flow_run
 
-from dyngen.config.secrets import redact_config, redact_overrides, refuse_secrets
+from dyngen.config.secrets import refuse_secrets
 from dyngen.context import RoundContext
 from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params
@@ -30,6 +29,7 @@ from dyngen.lineage import log_line, round_lineage
 from dyngen.round import committed_for, compaction_policy, round_inputs
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import store_settings
+from flows.redaction import deployment_run, redacting_flow
 from flows.round_guard import name_run, round_guard, waiting_run_name
 from tasks.compact import compact_head
 from tasks.concat import concat_rows
@@ -43,34 +43,9 @@ from tasks.version import commit_version, lineage_published, publish_lineage
 HISTORY_ROWS = 100
 
 
-class RoundFlow(Flow):
-    """The round's Flow: what Prefect records of a call's parameters has no credential (the
-    round itself gets them as given)."""
-
-    def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
-        """Prefect's serialization of the parameters, with store credentials redacted."""
-        shown = dict(parameters)
-        if "config" in shown:
-            shown["config"] = redact_config(shown["config"])
-        if "overrides" in shown:
-            shown["overrides"] = redact_overrides(shown["overrides"])
-        return super().serialize_parameters(shown)
-
-    def with_options(self, **options: Any) -> RoundFlow:
-        """Prefect's copy with other options, still a RoundFlow (Prefect's makes a Flow)."""
-        copy = super().with_options(**options)
-        copy.__class__ = RoundFlow
-        return copy
-
-
-def round_flow(**options: Any) -> Callable[[Callable[..., Any]], RoundFlow]:
-    """`@flow(**options)`, making a RoundFlow."""
-    return lambda fn: RoundFlow(fn, **options)
-
-
 # The result is a summary of the version record, the durable truth: never persisted (and
 # Prefect need not ask the server for its default result storage to decide that).
-@round_flow(name="generation-round", flow_run_name=waiting_run_name, persist_result=False)
+@redacting_flow(name="generation-round", flow_run_name=waiting_run_name, persist_result=False)
 def generation_round(
     dataset: str,
     config: dict[str, Any] | None = None,
@@ -79,7 +54,7 @@ def generation_round(
 ) -> dict[str, Any]:
     """Grow `dataset` by one version from the configured generator's new rows."""
     cfg, trig, rollouts = round_inputs(dataset, config, trigger, overrides or ())
-    if _deployment_run():
+    if deployment_run():
         refuse_secrets(cfg, "this deployment's parameters")
     timings: dict[str, float] = {}
     with round_guard(dataset):
@@ -107,13 +82,6 @@ def generation_round(
     _publish(record, store)
     crash_point("round.after_lineage")
     return summary(record, created=True, compacted=_compact(cfg, dataset))
-
-
-def _deployment_run() -> bool:
-    """Whether this run belongs to a deployment (from the run's context: no API call)."""
-    context = FlowRunContext.get()
-    run = context.flow_run if context is not None else None
-    return run is not None and run.deployment_id is not None
 
 
 def _already_committed(done: VersionRecord, store: Store) -> dict[str, Any]:

@@ -122,11 +122,14 @@ def test_a_rounds_credentials_are_used_but_never_recorded(s3_endpoint: str,
         assert value.encode() not in stored
 
 
-def test_a_copy_of_the_round_with_other_options_redacts_too() -> None:
+def test_a_copy_of_the_round_and_the_maintenance_flow_redact_too() -> None:
+    from flows.maintenance import maintain_store
+
     config = {"store": {"root": "s3://b/x", "storage_options": {"secret": SECRET}}}
     copy = generation_round.with_options(retries=1)
-    shown = copy.serialize_parameters({"dataset": "ds", "config": config})
-    assert shown["config"]["store"]["storage_options"] == {"secret": REDACTED}
+    for flow in (copy, maintain_store):
+        shown = flow.serialize_parameters({"dataset": "ds", "config": config})
+        assert shown["config"]["store"]["storage_options"] == {"secret": REDACTED}
     assert copy.retries == 1 and config["store"]["storage_options"]["secret"] == SECRET
 
 
