@@ -62,6 +62,20 @@ class SchemaMismatchError(StoreError, ValueError):
     """Rows do not fit the dataset's schema."""
 
 
+class StoreFullError(StoreError, OSError):
+    """A local store's disk (or quota, or file size limit) had no room for a write; the write
+    committed nothing."""
+
+    def __init__(self, message: str, errno: int, strerror: str | None,
+                 filename: str | None = None) -> None:
+        super().__init__(message)
+        # The OSError's own fields, as the kernel gave them (errno.ENOSPC, its text, the file).
+        self.errno, self.strerror, self.filename = errno, strerror, filename
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class CorruptionError(StoreError):
     """A version record or shard on disk is damaged, missing or out of bounds."""
 

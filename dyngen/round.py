@@ -19,6 +19,7 @@ import datasets
 from omegaconf import DictConfig
 
 from dyngen.config import config_hash, load_config
+from dyngen.config.secrets import refuse_redacted
 from dyngen.context import RoundContext, Trigger
 from dyngen.filters.chain import build_filters, filter_rows
 from dyngen.filters.overlong import load_tokenizer
@@ -43,6 +44,7 @@ def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
     event's: a path outside them, a FIFO or too large a file fails here)."""
     validate_name(dataset)
     cfg = load_config(overrides=list(overrides), base=config)
+    refuse_redacted(cfg.store.storage_options)
     trig = Trigger.parse(trigger)
     rollouts = RolloutsPolicy.from_config(cfg)
     if trig.rollouts is not None:

@@ -6,7 +6,9 @@ its version is committed and published, the round compacts the head's small shar
 the store's policy asks (`round.compaction`); that never fails a committed round.
 
 A run is named `<dataset>-step-<N>` while it waits for its dataset's slot, and
-`<dataset>-v<version>` once it knows the version it makes.
+`<dataset>-v<version>` once it knows the version it makes. Prefect records its parameters
+with any credential in `store.storage_options` redacted (dyngen.config.secrets); a run of a
+deployment, whose parameters Prefect keeps as given, is refused if they hold one.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.runtime import flow_run
 
+from dyngen.config.secrets import refuse_secrets
 from dyngen.context import RoundContext
 from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params
@@ -26,6 +29,7 @@ from dyngen.lineage import log_line, round_lineage
 from dyngen.round import committed_for, compaction_policy, round_inputs
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import store_settings
+from flows.redaction import deployment_run, redacting_flow
 from flows.round_guard import name_run, round_guard, waiting_run_name
 from tasks.compact import compact_head
 from tasks.concat import concat_rows
@@ -41,7 +45,7 @@ HISTORY_ROWS = 100
 
 # The result is a summary of the version record, the durable truth: never persisted (and
 # Prefect need not ask the server for its default result storage to decide that).
-@flow(name="generation-round", flow_run_name=waiting_run_name, persist_result=False)
+@redacting_flow(name="generation-round", flow_run_name=waiting_run_name, persist_result=False)
 def generation_round(
     dataset: str,
     config: dict[str, Any] | None = None,
@@ -50,6 +54,8 @@ def generation_round(
 ) -> dict[str, Any]:
     """Grow `dataset` by one version from the configured generator's new rows."""
     cfg, trig, rollouts = round_inputs(dataset, config, trigger, overrides or ())
+    if deployment_run():
+        refuse_secrets(cfg, "this deployment's parameters")
     timings: dict[str, float] = {}
     with round_guard(dataset):
         where = store_settings(cfg.store)  # the root and how to reach it

@@ -10,26 +10,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 
 from dyngen.config import load_config
+from dyngen.config.secrets import refuse_redacted, refuse_secrets
 from dyngen.filters.near_duplicate import params_of
 from dyngen.round import compaction_policy
 from dyngen.store import Store
 from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
+from flows.redaction import deployment_run, redacting_flow
 from tasks.compact import compact_head
 from tasks.index import rebuild_index_of
 from tasks.vacuum import vacuum_dataset
 
 
-@flow(name="store-maintenance")
+@redacting_flow(name="store-maintenance")
 def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = None,
                    keep_versions: int | None = None, keep_days: float | None = None,
                    grace_seconds: float | None = None) -> dict[str, Any]:
     """Compact `dataset` (every dataset under the root if None), index what its
     near-duplicate sidecars miss (`dyngen rebuild-index`); vacuum if a rule is given."""
     cfg = load_config(base=config)
+    refuse_redacted(cfg.store.storage_options)
+    if deployment_run():
+        refuse_secrets(cfg, "this deployment's parameters")
     policy = compaction_policy(cfg)  # the numbers a round would use, enabled or not
     root = store_settings(cfg.store)
     names = [validate_name(dataset)] if dataset else Store.from_config(root).list_datasets()

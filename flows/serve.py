@@ -25,6 +25,7 @@ from prefect.events import DeploymentEventTrigger
 from prefect.exceptions import ObjectNotFound
 
 from dyngen.config import load_config
+from dyngen.config.secrets import refuse_secrets
 from dyngen.errors import ConfigError
 from dyngen.events import DATASET_LABEL, EVENT_NAME, RESOURCE_PREFIX, resource_id, trigger_name
 from dyngen.store.names import validate_name
@@ -62,6 +63,7 @@ def batch_end_trigger(dataset: str | None = None, config: dict[str, Any] | None 
 def round_deployment(dataset: str | None = None, config: dict[str, Any] | None = None,
                      every_n_batches: int = 1) -> RunnerDeployment:
     """The event-triggered deployment of generation_round, one run at a time."""
+    refuse_secrets(config, "a deployment's parameters")
     return generation_round.to_deployment(
         name=DEPLOYMENT_NAME,
         triggers=[batch_end_trigger(dataset, config, every_n_batches)],

@@ -20,7 +20,8 @@ class StoreConfig:
     # DYNGEN_STORE_ROOT wins when set, so a worker or serve process can be pointed at a store.
     root: str = STORE_ROOT_INTERPOLATION
     # Passed to a URL root's fsspec filesystem (endpoint_url, profile, …). A config is
-    # recorded with each flow run: leave secrets to the environment (AWS_*).
+    # recorded with each flow run: credentials belong in the environment (AWS_*); a round's
+    # record redacts them, a deployment refuses them (dyngen.config.secrets).
     storage_options: dict[str, Any] = field(default_factory=dict)
     # The user promises that one process writes the store: needed to commit on a backend
     # without an atomic create-if-absent.

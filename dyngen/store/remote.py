@@ -4,15 +4,19 @@ The commit rule is the local one: a version exists when its record is created
 exclusively. Each scheme says how it creates a file exclusively (see `EXCLUSIVE`):
 S3 with a conditional put (`If-None-Match: *`), GCS with `ifGenerationMatch=0`, the
 in-process memory filesystem under a lock. A filesystem with no such operation writes
-only in single-writer mode, where the user promises that one process writes the store.
-Shards are read from a local cache (dyngen/store/cache.py) so they can be memory-mapped.
+only in single-writer mode, where the user promises that one process writes the store;
+so does a zonal ("Rapid") GCS bucket, where gcsfs uploads through appendable objects
+that ignore `mode="create"` (they overwrite). Shards are read from a local cache
+(dyngen/store/cache.py) so they can be memory-mapped.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,9 +33,23 @@ EXCLUSIVE = {
     "gcs": "generation precondition (ifGenerationMatch=0)",
     "memory": "existence check under a lock (one process: the memory filesystem is per process)",
 }
+_GCS = frozenset({"gs", "gcs"})
 # The memory filesystem's files are one dict per process, so one lock makes its check-then-
 # write exclusive for every Store in the process (and there are no other processes).
 _MEMORY_LOCK = threading.Lock()
+logger = logging.getLogger(__name__)
+
+
+def zonal_bucket(metadata: Mapping[str, Any]) -> bool:
+    """Whether a GCS bucket resource (JSON API: `storageClass`, `locationType`) is zonal.
+
+    A zonal bucket has one zone as its location and the Rapid storage class; gcsfs creates
+    one with `storageClass: RAPID` and a zone placement, and recognises one by its storage
+    layout's location type `zone`.
+    """
+    storage_class = str(metadata.get("storageClass") or "").upper()
+    location_type = str(metadata.get("locationType") or "").lower()
+    return storage_class == "RAPID" or location_type == "zone"
 
 
 class FsspecBackend(ExclusiveCreate):
@@ -46,6 +64,8 @@ class FsspecBackend(ExclusiveCreate):
         self.cache = cache
         self.single_writer = single_writer
         self.exclusive_create = EXCLUSIVE.get(scheme)
+        self._zonal: str | None = None  # a GCS bucket's zonal metadata, once checked
+        self._zonal_checked = scheme not in _GCS
 
     def _path(self, rel: str) -> str:
         return f"{self.base}/{rel}".rstrip("/") if rel else self.base
@@ -61,6 +81,18 @@ class FsspecBackend(ExclusiveCreate):
 
     def check_writable(self) -> None:
         """Refuse to write where exclusive creation is not atomic, unless single-writer."""
+        zonal = self._zonal_bucket()
+        if zonal is not None and not self.single_writer:
+            bucket = self.base.split("/", 1)[0]
+            raise StoreError(
+                f"store {self.root} is in GCS bucket {bucket!r}, a zonal (Rapid storage) "
+                f"bucket ({zonal}). gcsfs writes there through appendable uploads that ignore "
+                "create-only mode and overwrite, so two writers could both commit the same "
+                "version. Expected a regional, dual-region or multi-region bucket; found a "
+                "zonal one. If only one process ever writes this store, set "
+                "store.single_writer: true (Store(root, single_writer=True)); otherwise move "
+                "the store to another bucket (README: Storage backends)."
+            )
         if self.exclusive_create is None and not self.single_writer:
             raise StoreError(
                 f"store {self.root} is on {self.scheme}://, which has no atomic "
@@ -70,6 +102,24 @@ class FsspecBackend(ExclusiveCreate):
                 "store.single_writer: true (Store(root, single_writer=True)); otherwise move "
                 "the store to a backend with exclusive creation (README: Storage backends)."
             )
+
+    def _zonal_bucket(self) -> str | None:
+        """For a GCS store, what makes its bucket zonal (read once); None if it is not."""
+        if self._zonal_checked:
+            return self._zonal
+        bucket = self.base.split("/", 1)[0]
+        try:
+            metadata = self.fs.info(bucket)
+        except Exception as exc:  # no storage.buckets.get: writing is still allowed
+            logger.warning("dyngen: could not read the metadata of GCS bucket %r to check "
+                           "that it is not zonal (%s); if it is, commits are not exclusive "
+                           "(README: Storage backends)", bucket, exc)
+            metadata = {}
+        if zonal_bucket(metadata):
+            self._zonal = (f"storageClass {metadata.get('storageClass')}, locationType "
+                           f"{metadata.get('locationType')}")
+        self._zonal_checked = True
+        return self._zonal
 
     def write_new(self, rel: str, data: bytes | Writer, *,
                   hook: StageHook | None = None) -> None:
@@ -84,7 +134,8 @@ class FsspecBackend(ExclusiveCreate):
         if hook is not None:
             hook("written")
         path = self._path(rel)
-        if self.scheme == "memory" or self.exclusive_create is None:
+        # Single-writer on a backend without exclusive creation: at least never overwrite.
+        if self.scheme == "memory" or self.exclusive_create is None or self._zonal:
             with _MEMORY_LOCK:
                 if self.fs.exists(path):
                     raise FileExistsError(self.describe(rel))

@@ -24,6 +24,7 @@ import pyarrow as pa
 from dyngen.errors import (
     CommitConflictError,
     CompactionConflictError,
+    ConfigError,
     CorruptionError,
     DatasetExistsError,
     SchemaMismatchError,
@@ -38,6 +39,7 @@ from dyngen.store.log import VERSIONS_DIR, VersionLog
 from dyngen.store.minhash import LshParams
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA, StoreReader
 from dyngen.store.records import LogEntry, PendingCommit, ShardInfo, Snapshot, VersionRecord
+from dyngen.store.room import reports_full_disk
 from dyngen.store.state import LogState, apply
 
 if TYPE_CHECKING:
@@ -114,6 +116,7 @@ class Store(StoreReader):
             self.abort(pending)  # the data shard just written is never left behind
             raise
 
+    @reports_full_disk
     def commit(self, pending: PendingCommit) -> VersionRecord:
         """Create the version record for `pending`, or raise CommitConflictError.
 
@@ -198,14 +201,29 @@ class Store(StoreReader):
                 pending = self.rebase(pending)
         raise AssertionError("unreachable")
 
-    def append(self, name: str, rows: sh.Rows, **kwargs: Any) -> VersionRecord:
-        """Append rows as a new version, rebasing over concurrent commits."""
+    def append(self, name: str, rows: sh.Rows, *, compact: bool | CompactionPolicy = True,
+               **kwargs: Any) -> VersionRecord:
+        """Append rows as a new version, rebasing over concurrent commits; returns its record.
+
+        Then, as a round does, the head's small shards are compacted by the default policy
+        (`compact`: a CompactionPolicy of your own, or False for none), so a loop of appends
+        keeps the head's shards, and so its checkpoints, small. The head may then be a
+        later `compact` version. A failed compaction only warns: the append is committed.
+        """
+        policy = _append_policy(compact)
         pending = self.prepare_append(name, rows, **kwargs)
         try:
-            return self.commit_with_rebase(pending)
+            record = self.commit_with_rebase(pending)
         except BaseException:
             self.abort(pending)
             raise
+        if policy is not None:
+            try:
+                self.compact(name, policy)
+            except Exception as exc:  # the rows are committed; compaction can wait
+                logger.warning("dyngen: compacting %s after appending version %d failed "
+                               "(the version is committed): %s", name, record.version, exc)
+        return record
 
     def restore(self, name: str, version: int, *,
                 idempotency_key: str | None = None) -> VersionRecord:
@@ -346,6 +364,7 @@ class Store(StoreReader):
                                       f"{table.column_names}.")
         return self.write_shard(name, REJECTED_DIR, sh.conform(table, REJECTED_SCHEMA))
 
+    @reports_full_disk
     def write_shard(self, name: str, sub: str, table: pa.Table, prompt_key: str | None = None,
                     *, keys: np.ndarray | None = None, lsh: bytes | None = None,
                     index: LshParams | None = None,
@@ -391,6 +410,18 @@ class Store(StoreReader):
         written.append(rel)  # before the write: a failed write may leave the file
         self.backend.write_new(f"{name}/{rel}", data)
         return rel
+
+
+def _append_policy(compact: bool | CompactionPolicy) -> CompactionPolicy | None:
+    """The policy `Store.append(compact=...)` names: True the default one, False none."""
+    from dyngen.store.compaction import CompactionPolicy
+
+    if isinstance(compact, CompactionPolicy):
+        return compact
+    if isinstance(compact, bool):
+        return CompactionPolicy() if compact else None
+    raise ConfigError(f"append: compact expects True, False or a CompactionPolicy, found "
+                      f"{compact!r}.")
 
 
 def _record_stage(stage: str) -> None:

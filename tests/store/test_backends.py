@@ -1,10 +1,11 @@
-"""The store's behaviour on every backend: a local folder, `memory://` and S3 (moto).
+"""The store's behaviour on every backend: a local folder, `memory://`, S3 (moto) and GCS
+(fake-gcs-server).
 
 Together with tests/store/test_store.py (whose API tests take the same parametrized
 `store`), this is the behaviour suite on each backend: create, append, idempotency,
 conflict and rebase, time travel, verify, gc, and the long-run log (checkpoints,
 compaction, vacuum). Races of several processes stay local (tests/store/test_store.py):
-moto's conditional put is not atomic under a real race, so S3's conflict path is shown
+moto's conditional put is not atomic under a real race, so the remote conflict path is shown
 with two writers on one parent, one after the other.
 """
 

@@ -13,10 +13,11 @@ from tests.rows import verl_rows
 
 
 def _grow(store: Store, versions: int, *, keyed: bool = True) -> None:
-    """Version 0 of 3 rows, then one row per version (with key `event:<v>`)."""
+    """Version 0 of 3 rows, then one row per version (with key `event:<v>`), uncompacted:
+    these tests count records and shards."""
     store.create("ds", verl_rows(3))
     for v in range(1, versions):
-        store.append("ds", verl_rows(1, start=2 + v),
+        store.append("ds", verl_rows(1, start=2 + v), compact=False,
                      idempotency_key=f"event:{v}" if keyed else None)
 
 
