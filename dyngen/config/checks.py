@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dyngen.config.messages import describe, type_error, type_words, unknown_key, wrap
-from dyngen.config.schema import OPEN_SECTIONS, TASK_RUNNER_KINDS, DyngenConfig
+from dyngen.config.schema import MIRROR_FORMATS, OPEN_SECTIONS, TASK_RUNNER_KINDS, DyngenConfig
 from dyngen.errors import ConfigError
 
 
@@ -138,6 +138,11 @@ RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("round.compaction.fan_in", lambda v: v >= 2, "an integer >= 2", "round.compaction.fan_in=8"),
     ("round.compaction.target_shard_mb", lambda v: v > 0, "a number > 0 (MiB)",
      "round.compaction.target_shard_mb=128"),
+    ("mirror.format", lambda v: v in MIRROR_FORMATS, f"one of {', '.join(MIRROR_FORMATS)}",
+     "mirror.format=delta"),
+    ("mirror.dest", lambda v: v is None or non_empty(v),
+     "null (no mirror) or a folder or URL under which each dataset is mirrored",
+     "mirror.dest=s3://bucket/mirrors"),
 )
 
 
