@@ -4,6 +4,7 @@ the rows of `store.load(name, k)` as a multiset (Delta tables have no row order)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from deltalake import DeltaTable
 
 from dyngen.errors import MirrorError
 from dyngen.mirror import mirror_delta
+from dyngen.progress import Bar
 from dyngen.store import Store
 from tests.rows import verl_row_with, verl_rows
 
@@ -241,3 +243,31 @@ def test_bad_targets_are_refused_before_anything_is_written(tmp_path: Path) -> N
     assert not (tmp_path / "m").exists()
     with pytest.raises(MirrorError, match="no memory:// filesystem"):
         mirror_delta(store, NAME, "memory://bucket/m")
+
+
+class MirrorsAgainMidway(Bar):
+    """After the first commit of one mirror run, another run mirrors to the head."""
+
+    def __init__(self, again: Callable[[], object]) -> None:
+        self.again, self.done = again, False
+
+    def advance(self, amount: float = 1) -> None:
+        if not self.done:
+            self.done = True
+            self.again()
+
+
+def test_a_run_that_loses_a_race_goes_on_from_where_the_winner_stopped(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.create(NAME, verl_rows(2))
+    for i in range(3):
+        store.append(NAME, verl_rows(1, start=2 + i))
+    dest = tmp_path / "mirror"
+    other = MirrorsAgainMidway(lambda: mirror_delta(Store(store.root), NAME, dest))
+    done = mirror_delta(store, NAME, dest, progress=other)
+    assert other.done and done.committed == (0,)  # the other run committed 1..3
+    assert done.version == 3 and DeltaTable(str(dest)).version() == 3
+    history = DeltaTable(str(dest)).history()
+    assert sorted(c["dyngen.version"] for c in history) == [0, 1, 2, 3]
+    for k in range(4):
+        assert delta_rows(dest, k) == as_multiset(store.load(NAME, k).to_list())
