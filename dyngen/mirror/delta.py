@@ -28,7 +28,7 @@ from dyngen.store import shards as sh
 from dyngen.store.location import local_path, open_backend, split_url
 from dyngen.store.reader import DATA_DIR, StoreReader
 from dyngen.store.records import LogEntry, ShardInfo
-from dyngen.store.state import LogState
+from dyngen.store.state import LogState, Retention
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -111,14 +111,17 @@ class _Mirror:
         self.schema: str | None = None  # the mirror's Delta schema, as JSON
         self.version = -1
         self.deleted = 0
+        self.retention: Retention | None | bool = False  # the store's, read when first needed
 
     # ---- where the mirror is ----------------------------------------------------------
     def open(self) -> int:
         """The next version to mirror, after checking `dest` is this dataset's mirror."""
         from deltalake import DeltaTable
 
-        # Listed through fsspec: delta-rs's own listing (is_deltatable) hangs on moto's S3.
-        if not any(f.endswith(".json") for f in self.backend.list("_delta_log")):
+        # Looked up through fsspec: delta-rs's own check (is_deltatable) lists the log,
+        # which hangs on moto's S3; a table has its first commit or a checkpoint.
+        if not (self.backend.exists(f"_delta_log/{0:020d}.json")
+                or self.backend.exists("_delta_log/_last_checkpoint")):
             self._check_unused()
             self.table, self.files, self.schema, self.version = None, {}, None, -1
             return 0
@@ -274,7 +277,9 @@ class _Mirror:
 
     def _readable(self, info: ShardInfo, version: int) -> bool:
         """False only for a shard retention deleted (its version expired); damage raises."""
-        retention = self.store.state(self.name).retention
+        if self.retention is False:
+            self.retention = self.store.state(self.name).retention
+        retention = self.retention
         if retention is None or version >= retention.expired_before:
             return True
         return self.store.backend.exists(self.store.shard_rel(self.name, info, version))
