@@ -35,10 +35,14 @@ def mirror_dataset(store: Store, name: str, mirror: Any = None, *,
 
 
 def dataset_dest(dest: Any, name: str) -> str:
-    """Where dataset `name` is mirrored under the folder or URL `dest`."""
+    """Where dataset `name` is mirrored: `<dest>/<name>`, or `dest` with `{dataset}` in it
+    replaced by the name (e.g. `s3://bucket/{dataset}/delta`)."""
     if not isinstance(dest, (str, os.PathLike)) or not os.fspath(dest).strip():
         raise _no_dest(dest)
-    return f"{os.fspath(dest).rstrip('/')}/{name}"
+    where = os.fspath(dest)
+    if "{dataset}" in where:
+        return where.replace("{dataset}", name)
+    return f"{where.rstrip('/')}/{name}"
 
 
 def _no_dest(found: Any) -> Exception:

@@ -139,7 +139,8 @@ class _Mirror:
         self._check_same_version(version, last)
         self.table, self.version = table, version
         self.schema = table.schema().to_json()
-        actions = pa.table(table.get_add_actions(flatten=True))
+        # Through the Arrow C stream: pa.table() would first import pandas to check for it.
+        actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
         self.files = {}
         for path, size in zip(actions.column("path").to_pylist(),
                               actions.column("size_bytes").to_pylist(), strict=True):

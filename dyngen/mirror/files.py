@@ -9,6 +9,7 @@ files hold which shard, so no other index is kept beside the Delta log.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -107,22 +108,28 @@ def now_ms() -> int:
 def delta_options(dest: str, fs_options: Mapping[str, Any] | None,
                   extra: Mapping[str, Any] | None) -> dict[str, str]:
     """delta-rs's storage options for `dest`: an S3 destination's endpoint, keys and region
-    taken from the fsspec options that reach it (s3fs's names), then `extra` as it is."""
+    taken from the fsspec options that reach it (s3fs's names), plain http allowed when the
+    endpoint (or $AWS_ENDPOINT_URL) is http, then `extra` as it is."""
     out: dict[str, str] = {}
     parts = split_url(dest)
-    if parts is not None and parts[0] in ("s3", "s3a") and fs_options:
-        client = dict(fs_options.get("client_kwargs") or {})
-        endpoint = fs_options.get("endpoint_url") or client.get("endpoint_url")
-        if endpoint:
-            out["AWS_ENDPOINT_URL"] = str(endpoint)
-            if str(endpoint).startswith("http://"):
-                out["AWS_ALLOW_HTTP"] = "true"
-        for ours, theirs in (("key", "AWS_ACCESS_KEY_ID"), ("secret", "AWS_SECRET_ACCESS_KEY"),
-                             ("token", "AWS_SESSION_TOKEN"), ("profile", "AWS_PROFILE")):
-            if fs_options.get(ours):
-                out[theirs] = str(fs_options[ours])
-        region = client.get("region_name") or fs_options.get("region_name")
-        if region:
-            out["AWS_REGION"] = str(region)
+    if parts is None or parts[0] not in ("s3", "s3a"):
+        out.update({str(k): str(v) for k, v in (extra or {}).items()})
+        return out
+    fs_options = fs_options or {}
+    client = dict(fs_options.get("client_kwargs") or {})
+    endpoint = fs_options.get("endpoint_url") or client.get("endpoint_url")
+    if endpoint:
+        out["AWS_ENDPOINT_URL"] = str(endpoint)
+    # delta-rs refuses plain http unless told; fsspec (botocore) does not ask.
+    seen = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if str(seen or "").startswith("http://"):
+        out["AWS_ALLOW_HTTP"] = "true"
+    for ours, theirs in (("key", "AWS_ACCESS_KEY_ID"), ("secret", "AWS_SECRET_ACCESS_KEY"),
+                         ("token", "AWS_SESSION_TOKEN"), ("profile", "AWS_PROFILE")):
+        if fs_options.get(ours):
+            out[theirs] = str(fs_options[ours])
+    region = client.get("region_name") or fs_options.get("region_name")
+    if region:
+        out["AWS_REGION"] = str(region)
     out.update({str(k): str(v) for k, v in (extra or {}).items()})
     return out

@@ -38,6 +38,17 @@ def test_the_flow_mirrors_every_dataset_after_compacting_and_vacuuming(tmp_path:
     assert delta_rows(mirrors / "b", head.version) == as_multiset(store.load("b").to_list())
 
 
+def test_a_dest_with_a_dataset_placeholder_names_each_table(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.create("a", verl_rows(2))
+    dest = tmp_path / "lake" / "{dataset}" / "delta"
+    done = maintain_store(config={"store": {"root": str(store.root)},
+                                  "mirror": {"dest": str(dest)}})
+    table = tmp_path / "lake" / "a" / "delta"
+    assert done["a"]["mirror"]["dest"] == str(table)
+    assert delta_rows(table, 0) == as_multiset(store.load("a").to_list())
+
+
 def test_without_a_dest_there_is_no_mirror_and_a_bad_format_is_refused(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     store.create("a", verl_rows(2))

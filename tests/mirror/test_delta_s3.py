@@ -48,3 +48,26 @@ def test_a_store_on_s3_mirrors_to_s3_and_engines_read_every_version(
         (versions["head"] + 1,)
     assert delta_rows(dest, versions["head"] + 1, **reach) == \
         as_multiset(store.load(NAME).to_list())
+
+
+def test_the_command_mirrors_a_store_on_s3_with_credentials_from_the_environment(
+        endpoint: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from dyngen.cli import app
+    from tests.rows import verl_rows
+
+    for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_REGION": "us-east-1", "DYNGEN_CACHE_DIR": str(tmp_path)}.items():
+        monkeypatch.setenv(key, value)
+    bucket = new_bucket(endpoint)
+    root, dest = f"s3://{bucket}/store", f"s3://{bucket}/mirrors/{NAME}"
+    store = Store(root)
+    store.create(NAME, verl_rows(3))
+    store.append(NAME, verl_rows(2, start=3))
+    done = CliRunner().invoke(app, ["--root", root, "export", NAME, dest, "--format", "delta"])
+    assert done.exit_code == 0, done.output
+    assert f"mirrored 'ds' versions 0..1 to {dest}" in done.output
+    reach = {"storage_options": {"AWS_ALLOW_HTTP": "true"}}  # the rest from the environment
+    assert delta_rows(dest, 1, **reach) == as_multiset(store.load(NAME).to_list())
