@@ -58,20 +58,20 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=LABELS)
     args = ap.parse_args()
 
-    from generators.proposer import load_model
-    from generators.proposer.sampling import propose, seed_int
+    from dyngen.llm import chat_model, seed_int
+    from generators.proposer.sampling import propose
 
     cfg = fixture_config()
-    model, tokenizer, _ = load_model(cfg)
+    model = chat_model(cfg)
     old = {}
     if args.out.exists():
         old = {(e["question"], e["truth"]): e for e in map(json.loads, args.out.open())}
     by_index = seeds()
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for p in range(args.passes):
-        completions, _, _ = propose(model, tokenizer, by_index, cfg, (cfg["seed"], 0, p))
-        for seed, texts in zip(by_index, completions, strict=True):
-            for j, text in enumerate(texts):
+        results = propose(model, by_index, cfg, (cfg["seed"], 0, p))
+        for seed, result in zip(by_index, results, strict=True):
+            for j, text in enumerate(result.texts):
                 entry = {"seed_index": seed.index, "seed": seed.question,
                          "seed_truth": seed.truth, "completion": text,
                          "rng": seed_int(cfg["seed"], 0, p, seed.index, j)}

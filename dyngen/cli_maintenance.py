@@ -1,4 +1,4 @@
-"""`dyngen` commands that keep a long-lived store small: compact and vacuum."""
+"""`dyngen` commands that keep a long-lived store in shape: compact, vacuum, rebuild-index."""
 
 from __future__ import annotations
 
@@ -77,7 +77,27 @@ def vacuum(
     state.out.print(f"{verb} {len(result.removed)} file(s)", markup=False)
 
 
+def rebuild_index(ctx: typer.Context, name: Name) -> None:
+    """Rebuild the near-duplicate index as round.near_duplicate (--config) hashes it.
+
+    Shards of every loadable version whose sidecar is missing or was built with other
+    settings (or another rensa) get one; nothing else changes.
+    """
+    from dyngen.filters.near_duplicate import params_of
+    from dyngen.progress import progress_bar
+    from dyngen.store.index import rebuild_index as rebuild
+
+    state = get_state(ctx)
+    params = params_of(state.config().round.near_duplicate)
+    with progress_bar() as bar:
+        built = rebuild(state.store(), name, params, bar)
+    state.out.print(f"near-duplicate index of {name!r}: {built} shard(s) indexed "
+                    f"({params.ngram}-word shingles, num_perm {params.num_perm}, bands "
+                    f"{params.bands}); every loadable version is indexed", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the maintenance commands to `app`."""
     app.command("compact")(compact)
     app.command("vacuum")(vacuum)
+    app.command("rebuild-index")(rebuild_index)

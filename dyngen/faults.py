@@ -39,6 +39,8 @@ STORE_CRASH_POINTS = (
     "compact.after_commit",  # the compact version committed
     "vacuum.after_record",  # the vacuum version committed, nothing deleted yet
     "store.after_first_delete",  # vacuum (or gc) deleted its first file
+    "store.after_sidecar_write",  # a shard's near-duplicate sidecar written, not its shard
+    "index.after_derived_write",  # an old shard's derived sidecar written, not the others
 )
 
 

@@ -151,6 +151,10 @@ def ensure_prefect_api(out: TextIO | None = None) -> str | None:
     print(f"PREFECT_API_URL is not set: starting a temporary Prefect server for this run; "
           f"{why} (waiting up to {timeout:.0f} s)…", file=out, flush=True)
     started = time.monotonic()
+    # The throwaway server's telemetry heartbeat races its own SQLite writes at start-up and
+    # prints a "database is locked" traceback into the user's first round; a user's own
+    # setting still wins.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     try:
         server.start(timeout=int(timeout))
     except Exception as exc:

@@ -21,6 +21,7 @@ from prefect.runtime import flow_run
 
 from dyngen.context import RoundContext
 from dyngen.faults import crash_point
+from dyngen.filters.chain import index_params
 from dyngen.lineage import log_line, round_lineage
 from dyngen.round import committed_for, compaction_policy, round_inputs
 from dyngen.store import Store, VersionRecord
@@ -68,7 +69,8 @@ def generation_round(
         lineage = round_lineage(context, generator, len(rows), outcome, timings,
                                 run_id=flow_run.id, run_name=flow_run.name,
                                 partitions=fanned_out)
-        pending = concat_rows(where, context, outcome, generator["name"], lineage.to_dict())
+        pending = concat_rows(where, context, outcome, generator["name"], lineage.to_dict(),
+                              index_params(cfg))
         record = commit_version(where, pending)
     get_run_logger().info(log_line(record))
     _publish(record, store)

@@ -1,5 +1,6 @@
-"""Store maintenance as a flow run: compact every dataset, apply retention if asked, and
-keep each dataset's mirror current when the config's `mirror.dest` is set.
+"""Store maintenance as a flow run: compact every dataset, rebuild what its near-duplicate
+index lacks, apply retention if asked, and keep each dataset's mirror current when
+the config's `mirror.dest` is set.
 
 The alternative to compacting after each round (`round.compaction.enabled`): the
 `store-maintenance` deployment in prefect.yaml runs this on a schedule. It commits
@@ -15,11 +16,13 @@ from omegaconf import OmegaConf
 from prefect import flow, get_run_logger
 
 from dyngen.config import load_config
+from dyngen.filters.near_duplicate import params_of
 from dyngen.round import compaction_policy
 from dyngen.store import Store
 from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
 from tasks.compact import compact_head
+from tasks.index import rebuild_index_of
 from tasks.mirror import mirror_head
 from tasks.vacuum import vacuum_dataset
 
@@ -28,7 +31,8 @@ from tasks.vacuum import vacuum_dataset
 def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = None,
                    keep_versions: int | None = None, keep_days: float | None = None,
                    grace_seconds: float | None = None) -> dict[str, Any]:
-    """Compact `dataset` (every dataset under the root if None); vacuum if a rule is given;
+    """Compact `dataset` (every dataset under the root if None), index what its
+    near-duplicate sidecars miss (`dyngen rebuild-index`); vacuum if a rule is given;
     bring its mirror up to the head if `mirror.dest` is set."""
     cfg = load_config(base=config)
     policy = compaction_policy(cfg)  # the numbers a round would use, enabled or not
@@ -37,8 +41,11 @@ def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = N
     logger = get_run_logger()
     mirror = OmegaConf.to_container(cfg.mirror, resolve=True) if cfg.mirror.dest else None
     done: dict[str, Any] = {}
+    near = cfg.round.near_duplicate
     for name in names:
         done[name] = {"compacted": compact_head(root, name, policy)}
+        if near.enabled:
+            done[name]["indexed_shards"] = rebuild_index_of(root, name, params_of(near))
         if keep_versions is not None or keep_days is not None:
             done[name]["vacuum"] = vacuum_dataset(root, name, keep_versions, keep_days,
                                                   grace_seconds)

@@ -138,6 +138,16 @@ RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
     ("round.compaction.fan_in", lambda v: v >= 2, "an integer >= 2", "round.compaction.fan_in=8"),
     ("round.compaction.target_shard_mb", lambda v: v > 0, "a number > 0 (MiB)",
      "round.compaction.target_shard_mb=128"),
+    ("round.near_duplicate.threshold", lambda v: 0 < v <= 1, "a number in (0, 1]",
+     "round.near_duplicate.threshold=0.8"),
+    ("round.near_duplicate.num_perm", lambda v: v >= 1, "an integer >= 1",
+     "round.near_duplicate.num_perm=128"),
+    ("round.near_duplicate.bands", lambda v: v >= 1, "an integer >= 1",
+     "round.near_duplicate.bands=16"),
+    ("round.near_duplicate.ngram", lambda v: v >= 1, "an integer >= 1",
+     "round.near_duplicate.ngram=5"),
+    ("round.near_duplicate.min_words", lambda v: v >= 0, "an integer >= 0",
+     "round.near_duplicate.min_words=10"),
     ("mirror.format", lambda v: v in MIRROR_FORMATS, f"one of {', '.join(MIRROR_FORMATS)}",
      "mirror.format=delta"),
     ("mirror.dest", lambda v: v is None or non_empty(v),
@@ -170,6 +180,12 @@ def check_ranges(cfg: DictConfig) -> None:
                     f"{describe(value)}. Give each filter a path (file or pkg://module) "
                     "and a class name, e.g. {path: pkg://my_filters, name: MyFilter}."
                 )
+    near = cfg.round.near_duplicate
+    if near.num_perm % near.bands:
+        raise ConfigError(
+            f"round.near_duplicate.num_perm: expected a multiple of round.near_duplicate.bands "
+            f"({near.bands}), each band taking num_perm / bands values; found {near.num_perm}. "
+            f"Set e.g. round.near_duplicate.num_perm={near.bands * 8}.")
     runner = cfg.round.task_runner
     for key in ("address", "init_kwargs", "remote_options"):
         if runner.kind != "ray" and runner[key]:

@@ -77,14 +77,29 @@ class CompactionConfig:
 
 
 @dataclass
+class NearDuplicateConfig:
+    """Reject prompts that nearly repeat one in the dataset or earlier in the round: MinHash
+    LSH candidates, confirmed by the exact Jaccard similarity of their word shingles and
+    equal number literals (see dyngen.filters.near_duplicate)."""
+
+    enabled: bool = True
+    threshold: float = 0.8  # exact Jaccard similarity of the shingles at which a row goes
+    num_perm: int = 128  # MinHash values per prompt
+    bands: int = 16  # LSH bands (num_perm / bands values each)
+    ngram: int = 5  # words per shingle
+    min_words: int = 10  # shorter prompts are left to the exact-duplicate filter
+
+
+@dataclass
 class RoundConfig:
-    """How a generation round runs: retries, timeout, dedup, user filters, partitions and
-    compaction."""
+    """How a generation round runs: retries, timeout, dedup and near-duplicates, user
+    filters, partitions and compaction."""
 
     retries: int = 2
     retry_delay_seconds: float = 2.0
     timeout_seconds: float = 600.0
     dedup: bool = True
+    near_duplicate: NearDuplicateConfig = field(default_factory=NearDuplicateConfig)
     # Each entry is {path, name, ...}: located like a generator, extra keys go to the filter.
     filters: list[dict[str, Any]] = field(default_factory=list)
     # Generation split into this many partitions, each a generate task on the task runner.

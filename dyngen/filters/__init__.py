@@ -1,4 +1,5 @@
-"""Row filters for generated rows: schema → over-long prompt → duplicate → user filters.
+"""Row filters for generated rows: schema → over-long prompt → duplicate → near-duplicate →
+user filters.
 
 `base` holds the contract (`RowFilter`: `check` answers keep or drop per row) and its
 runner; one module per built-in filter; `chain` builds the round's filters from the
@@ -14,6 +15,7 @@ from dyngen.filters.base import (
     run_filters,
 )
 from dyngen.filters.duplicate import DuplicateFilter
+from dyngen.filters.near_duplicate import NearDuplicateFilter
 from dyngen.filters.overlong import OverlongPromptFilter
 from dyngen.filters.schema import SchemaFilter
 from dyngen.rows import Row, RowBatch, column_of
@@ -22,6 +24,7 @@ __all__ = [
     "Answer",
     "DuplicateFilter",
     "FilterOutcome",
+    "NearDuplicateFilter",
     "OverlongPromptFilter",
     "Row",
     "RowBatch",

@@ -1,4 +1,5 @@
-"""The round's filter chain, as configured: schema → over-long → duplicate → user filters.
+"""The round's filter chain, as configured: schema → over-long → duplicate → near-duplicate
+→ user filters.
 
 The one place the round widens the dataset's schema for a round's rows (new extra_info
 fields), and the one place the kept rows become what the store writes.
@@ -16,17 +17,19 @@ from dyngen.config import tokenizer_path
 from dyngen.errors import ConfigError
 from dyngen.filters.base import FilterOutcome, RowFilter, run_filters
 from dyngen.filters.duplicate import DuplicateFilter
+from dyngen.filters.near_duplicate import NearDuplicateFilter, params_of
 from dyngen.filters.overlong import OverlongPromptFilter, load_tokenizer
 from dyngen.filters.schema import SchemaFilter
 from dyngen.plugins import load_class
 from dyngen.rows import RowBatch
 from dyngen.store import Store, VersionRecord
+from dyngen.store.minhash import LshParams
 from dyngen.store.shards import schema_from_json, widen
 
 
 def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecord,
                   rows: Sequence[Any] = ()) -> list[RowFilter]:
-    """schema → over-long prompt → duplicate → user filters, as configured.
+    """schema → over-long prompt → duplicate → near-duplicate → user filters, as configured.
 
     The schema is the parent's, with the extra_info fields the `rows` add (see `widen`).
     """
@@ -43,6 +46,9 @@ def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecor
             OmegaConf.to_container(cfg.data.apply_chat_template_kwargs, resolve=True)))
     if cfg.round.dedup:
         filters.append(DuplicateFilter(store, name, record.version, key))
+    if cfg.round.near_duplicate.enabled:
+        filters.append(NearDuplicateFilter.from_config(cfg.round.near_duplicate, store, name,
+                                                       record.version, key))
     for i, entry in enumerate(cfg.round.filters):
         cls = load_class(entry.path, entry.name, RowFilter, key=f"round.filters[{i}]",
                          kind="filter")
@@ -81,3 +87,9 @@ def filter_rows(rows: Sequence[Any], filters: list[RowFilter]) -> FilterOutcome:
     outcome.kept = kept
     outcome.rejected = RowBatch(outcome.rejected)
     return outcome
+
+
+def index_params(cfg: DictConfig) -> LshParams | None:
+    """How the round's new shard hashes its near-duplicate sidecar (None: detection off)."""
+    near = cfg.round.near_duplicate
+    return params_of(near) if near.enabled else None

@@ -7,7 +7,7 @@ rewritten about log_fan_in(dataset rows / round rows) times in the dataset's lif
 once per compaction, and shards of `target_bytes` or more are never rewritten. Like
 Delta Lake's auto compaction (50 files), nothing happens until the head holds more than
 `max_small_shards` small shards. Rows keep their order and their provenance columns; the
-prompt keys of the merged shards are merged too.
+prompt keys and near-duplicate sidecars of the merged shards are merged too.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pyarrow as pa
 from dyngen.errors import CompactionConflictError, ConfigError, CorruptionError
 from dyngen.faults import crash_point
 from dyngen.store import shards as sh
+from dyngen.store.index import merged_sidecar
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA
 from dyngen.store.records import PendingCommit, Run, ShardInfo, VersionRecord
 from dyngen.store.state import LogState
@@ -202,8 +203,10 @@ def _merge(store: Store, head: LogState, group: tuple[ShardInfo, ...], sub: str,
                 keys.append(np.fromfile(key_path, dtype="<u8"))
         merged = pa.concat_tables(tables).combine_chunks()
         with_keys = len(keys) == len(chunk) and sub == DATA_DIR
+        sidecar = merged_sidecar(store, head.dataset, chunk, head.version) \
+            if sub == DATA_DIR else None
         out += store.write_shard(head.dataset, sub, merged,
-                                 keys=np.concatenate(keys) if with_keys else None)
+                                 keys=np.concatenate(keys) if with_keys else None, lsh=sidecar)
     return tuple(out)
 
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from dyngen.errors import CorruptionError, StoreError
 from dyngen.progress import QUIET, Bar
+from dyngen.store import lsh
 from dyngen.store import shards as sh
 from dyngen.store.log import CHECKPOINTS_DIR, VERSIONS_DIR, VersionLog
 from dyngen.store.reader import REJECTED_SCHEMA, StoreReader
@@ -152,12 +153,30 @@ def _check_shard(store: StoreReader, name: str, version: int, info: ShardInfo,
             return f"prompt keys {info.keys} are unusable ({exc})"
         if size != 8 * info.rows:
             return f"prompt keys {info.keys} hold {size // 8} keys, the shard has {info.rows} rows"
+    if info.lsh is not None:
+        problem = _check_sidecar(store, name, version, info)
+        if problem is not None:
+            return problem
     if schema_json is None:  # a quarantine shard
         fits = table.schema.equals(REJECTED_SCHEMA, check_metadata=False)
     else:  # a data shard, possibly written before the version added extra_info fields
         fits = sh.evolves_to(table.schema, sh.schema_from_json(schema_json))
     if not fits:
         return f"schema differs from the version's schema: found {table.schema}"
+    return None
+
+
+def _check_sidecar(store: StoreReader, name: str, version: int, info: ShardInfo) -> str | None:
+    """What is wrong with a shard's own near-duplicate sidecar, or None."""
+    try:
+        sidecar = lsh.read(store.shard_path(name, info, version, rel=info.lsh))
+    except (CorruptionError, OSError) as exc:
+        return f"near-duplicate sidecar {info.lsh} is unusable ({exc})"
+    if sidecar.header.get("rows") != info.rows:
+        return (f"near-duplicate sidecar {info.lsh} indexes {sidecar.header.get('rows')} rows, "
+                f"the shard has {info.rows}")
+    if len(sidecar.rows) and int(sidecar.rows.max()) >= info.rows:
+        return f"near-duplicate sidecar {info.lsh} names rows beyond the shard's {info.rows}"
     return None
 
 

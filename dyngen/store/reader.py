@@ -35,7 +35,7 @@ from dyngen.store.state import LogState
 
 DATA_DIR = "data"
 REJECTED_DIR = "rejected"
-_SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.(arrow|keys)")
+_SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.(arrow|keys|lsh)")
 REJECTED_SCHEMA = pa.schema([("reason", pa.string()), ("detail", pa.string()),
                              ("row", pa.string())])
 _RECORD_CACHE = 1024
@@ -99,8 +99,9 @@ class StoreReader:
         where = self.shard_rel(name, info, version, rel=rel)
         if rel is None or rel == info.path:
             return self.backend.local_copy(where, sha256=info.sha256, size=info.bytes)
-        # The prompt-key file of a shard: named by the shard's hash and its own name.
-        return self.backend.local_copy(where, size=8 * info.rows,
+        # A shard's prompt-key or sidecar file: named by the shard's hash and its own name
+        # (a key file's size is known; a sidecar's header says its own).
+        return self.backend.local_copy(where, size=8 * info.rows if rel == info.keys else None,
                                        name=f"{info.sha256}-{rel.rsplit('/', 1)[-1]}")
 
     def shard_rel(self, name: str, info: ShardInfo, version: int | None = None, *,

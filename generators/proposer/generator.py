@@ -10,15 +10,17 @@ kept by default. It
 repeats, up to max_passes, until min_rows are kept. `self.stats` counts, per method, the
 proposals, the kept and the dropped by reason; the round saves it in the version's lineage.
 
-Config (data.datagen): model_path, gguf_file, cache_dir (model.py); max_new_tokens (48),
-temperature (0.8), top_p (0.95), batch_size (8 chats per generate call), hard_k (8),
+Config (data.datagen): the model's keys (dyngen.llm: endpoint, model_name, api_key_env, ...
+for a served model; model_path, gguf_file, cache_dir, batch_size, num_threads in-process);
+max_new_tokens (48), temperature (0.8), top_p (0.95), hard_k (8),
 proposals_per_seed (6), min_rows (hard_k) and max_passes (3): sample again until min_rows
 are kept, max_question_chars (300), min_question_chars (10), seed_window (512), seed (0),
 num_threads (one per two cores), fit_schema (true); the policy: methods ([renumbered,
 arithmetic]: kept once verified; add computed / model to verify them with the solver),
 unverified_methods ([]: kept WITHOUT verification, e.g. [computed]), verify_samples (5),
-verify_agreement (0.6), verify_temperature (0.7), solver_model_path / solver_gguf_file
-(the proposer's model).
+verify_agreement (0.6), verify_temperature (0.7), and the solver's model: solver_endpoint /
+solver_model_name / solver_api_key_env, or solver_model_path / solver_gguf_file (unset:
+the proposer's model).
 
 Rows: data_source "dyngen-proposer", the seed's system messages + the new question,
 reward_model {style: rule, ground_truth}, extra_info {index, seed_index, seed_score,
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections import Counter
 from typing import Any
 
@@ -40,10 +43,10 @@ import datasets
 
 from dyngen.context import RoundContext
 from dyngen.errors import ConfigError
+from dyngen.llm import MODEL_DEFAULTS, SOLVER_DEFAULTS, ChatModel, chat_model, seed_int
 from generators.base import AbstractDataGenerator, rows_of
 from generators.proposer.checking import Proposal, parse_proposal
-from generators.proposer.model import load_model
-from generators.proposer.sampling import propose, seed_int
+from generators.proposer.sampling import propose
 from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
 from generators.proposer.text import normalise
 from generators.proposer.verifying import verify
@@ -63,13 +66,12 @@ BY_CONSTRUCTION_METHODS = ("renumbered", "arithmetic")  # their labels cannot be
 # How each kept row's label was verified (extra_info.verification).
 BY_CONSTRUCTION, SELF_CONSISTENCY, UNVERIFIED = "by_construction", "self_consistency", "none"
 DEFAULTS: dict[str, Any] = {
-    "model_path": None, "gguf_file": None, "cache_dir": None, "max_new_tokens": 48,
-    "temperature": 0.8, "top_p": 0.95, "batch_size": 8, "hard_k": 8, "proposals_per_seed": 6,
+    **MODEL_DEFAULTS, **SOLVER_DEFAULTS, "max_new_tokens": 48,
+    "temperature": 0.8, "top_p": 0.95, "hard_k": 8, "proposals_per_seed": 6,
     "max_question_chars": 300, "min_question_chars": 10, "seed_window": 512,
     "methods": BY_CONSTRUCTION_METHODS, "unverified_methods": (), "verify_samples": 5,
-    "verify_agreement": 0.6, "verify_temperature": 0.7, "solver_model_path": None,
-    "solver_gguf_file": None, "seed": 0, "fit_schema": True, "min_rows": None,
-    "max_passes": 3, "num_threads": None,
+    "verify_agreement": 0.6, "verify_temperature": 0.7, "seed": 0, "fit_schema": True,
+    "min_rows": None, "max_passes": 3,
 }
 
 
@@ -98,7 +100,9 @@ class ProposerGenerator(AbstractDataGenerator):
         k = int(cfg["hard_k"])
         seeds = (seeds_from_rollouts(rollouts, k) if rollouts
                  else seeds_from_dataset(rows, k, int(cfg["seed_window"])))
-        model, tokenizer, name = load_model(cfg) if seeds else (None, None, "")
+        model = chat_model(cfg) if seeds else None
+        name = model.name if model is not None else ""
+        solver: ChatModel | None = None
         round_no = getattr(context, "round", 0)
         min_rows = int(cfg["min_rows"] if cfg["min_rows"] is not None else k)
         seen = {normalise(s.question) for s in seeds}
@@ -108,13 +112,19 @@ class ProposerGenerator(AbstractDataGenerator):
                           "verify_tokens": 0, "verify_seconds": 0.0})
         passes = 0
         for p in range(int(cfg["max_passes"]) if seeds else 0):
-            completions, n_tokens, secs = propose(model, tokenizer, seeds, cfg,
-                                                  (cfg["seed"], round_no, p))
-            timing.update(generated_tokens=n_tokens, generate_seconds=secs)
+            assert model is not None
+            t0 = time.perf_counter()
+            results = propose(model, seeds, cfg, (cfg["seed"], round_no, p))
+            timing.update(generated_tokens=sum(r.completion_tokens for r in results),
+                          generate_seconds=time.perf_counter() - t0)
             passes += 1
             to_verify: list[tuple[Seed, Proposal]] = []
-            for seed, texts in zip(seeds, completions, strict=True):
-                for j, text in enumerate(texts):
+            for seed, result in zip(seeds, results, strict=True):
+                if not result.ok:
+                    counts.setdefault("none", Counter()).update(
+                        proposed=int(cfg["proposals_per_seed"]),
+                        dropped_model_error=int(cfg["proposals_per_seed"]))
+                for j, text in enumerate(result.texts):
                     rng = random.Random(seed_int(cfg["seed"], round_no, p, seed.index, j))
                     prop = parse_proposal(text, seed, seen, cfg, rng)
                     tally = counts.setdefault(prop.method, Counter())
@@ -129,10 +139,14 @@ class ProposerGenerator(AbstractDataGenerator):
                         continue
                     tally["kept"] += 1
                     new.append(self._row(seed, prop, how, None, len(rows) + len(new), name))
-            verdicts, n_tokens, secs = verify([t.question or "" for _, t in to_verify],
-                                              [t.truth or "" for _, t in to_verify], cfg,
-                                              (cfg["seed"], round_no, p))
-            timing.update(verify_tokens=n_tokens, verify_seconds=secs)
+            if to_verify and solver is None:
+                solver = chat_model(cfg, "solver")
+            t0 = time.perf_counter()
+            verdicts, replies = verify(solver, [t.question or "" for _, t in to_verify],
+                                       [t.truth or "" for _, t in to_verify], cfg,
+                                       (cfg["seed"], round_no, p)) if to_verify else ([], [])
+            timing.update(verify_tokens=sum(r.completion_tokens for r in replies),
+                          verify_seconds=time.perf_counter() - t0 if to_verify else 0.0)
             for (seed, prop), verdict in zip(to_verify, verdicts, strict=True):
                 counts[prop.method]["kept" if verdict.verified else "dropped_not_verified"] += 1
                 if verdict.verified:
@@ -141,6 +155,10 @@ class ProposerGenerator(AbstractDataGenerator):
             if len(new) >= min_rows:
                 break
         self.stats = _stats(counts, len(seeds), passes, len(new), timing)
+        if model is not None:
+            self.stats["model"] = model.usage.as_dict()
+        if solver is not None:
+            self.stats["solver"] = solver.usage.as_dict()
         logger.info("ProposerGenerator: %s", self.stats)
         return self._to_dataset(new, rows, cfg)
 

@@ -1,13 +1,14 @@
 """Verifying a model-written task by self-consistency: a solver answers it without the label.
 
-The solver (by default the proposer's own model; `solver_model_path` / `solver_gguf_file`
-configure another) sees only the new question, in a few-shot chat of worked single-formula
-solutions, and answers it `verify_samples` times (temperature `verify_temperature`). Each
-answer's calculation is evaluated exactly (arithmetic.py), so the solver's arithmetic slips
-do not count, only how it reads the story; an answer without a calculation counts as its
-number. The task is verified when the most common answer is the proposed ground truth,
-strictly ahead of any other, and at least `verify_agreement` of the samples give it.
-All tasks of a pass are solved in one batched call (sampling.complete).
+The solver (by default the proposer's own model; the `solver_*` keys configure another,
+in-process or served: dyngen.llm) sees only the new question, in a few-shot chat of worked
+single-formula solutions, and answers it `verify_samples` times (temperature
+`verify_temperature`). Each answer's calculation is evaluated exactly (arithmetic.py), so
+the solver's arithmetic slips do not count, only how it reads the story; an answer without
+a calculation counts as its number. The task is verified when the most common answer is
+the proposed ground truth, strictly ahead of any other, and at least `verify_agreement` of
+the samples give it.
+All tasks of a pass go to the solver in one call.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from dyngen.llm import ChatModel, ChatRequest, ChatResult, Message, seed_int
 from generators.proposer.arithmetic import as_number, clean_math, first_number, safe_eval
-from generators.proposer.model import load_model
-from generators.proposer.sampling import Chat, Sampling, complete
 
 SOLVER_SYSTEM = ("You solve math word problems. Reply in exactly this format:\n"
                  "Answer: <one calculation with the problem's numbers> = <result>")
@@ -41,7 +41,7 @@ class Verdict:
     verified: bool
 
 
-def solver_shots() -> Chat:
+def solver_shots() -> list[Message]:
     """The fixed start of every solver prompt: the format, then worked solutions."""
     out = [{"role": "system", "content": SOLVER_SYSTEM}]
     for question, answer in SOLVER_SHOTS:
@@ -70,29 +70,23 @@ def vote(answers: list[Fraction | None], truth: str, agreement: float) -> Verdic
                    and counts[label] > runner_up and share >= agreement)
 
 
-def solver(cfg: dict[str, Any]) -> tuple[Any, Any]:
-    """(model, tokenizer) of the configured solver; the proposer's model by default."""
-    if not (cfg.get("solver_model_path") or cfg.get("solver_gguf_file")):
-        return load_model(cfg)[:2]
-    return load_model({"model_path": cfg.get("solver_model_path"),
-                       "gguf_file": cfg.get("solver_gguf_file"),
-                       "cache_dir": cfg.get("cache_dir")})[:2]
+def verify(solver: ChatModel, questions: list[str], truths: list[str], cfg: dict[str, Any],
+           stream: tuple[Any, ...]) -> tuple[list[Verdict], list[ChatResult]]:
+    """(a verdict per task, the solver's results): each task solved verify_samples times.
 
-
-def verify(questions: list[str], truths: list[str], cfg: dict[str, Any],
-           stream: tuple[Any, ...]) -> tuple[list[Verdict], int, float]:
-    """(a verdict per task, tokens generated, seconds): each solved verify_samples times."""
+    A task whose request failed is not verified (its result says why).
+    """
     if not questions:
-        return [], 0, 0.0
-    model, tokenizer = solver(cfg)
+        return [], []
     shots = solver_shots()
-    sampling = Sampling(int(cfg["verify_samples"]), int(cfg["max_new_tokens"]),
-                        float(cfg["verify_temperature"]), float(cfg["top_p"]),
-                        max(1, int(cfg["batch_size"])), cfg.get("num_threads"))
-    replies, tokens, seconds = complete(
-        model, tokenizer, shots, [[*shots, {"role": "user", "content": q}] for q in questions],
-        sampling, ("verify", *stream))
+    results = solver.complete([
+        ChatRequest([*shots, {"role": "user", "content": q}], n=int(cfg["verify_samples"]),
+                    max_tokens=int(cfg["max_new_tokens"]),
+                    temperature=float(cfg["verify_temperature"]), top_p=float(cfg["top_p"]),
+                    seed=seed_int("verify", *stream, i), stop=("\n",))
+        for i, q in enumerate(questions)])
     agreement = float(cfg["verify_agreement"])
-    verdicts = [vote([solution_value(r) for r in texts], truth, agreement)
-                for texts, truth in zip(replies, truths, strict=True)]
-    return verdicts, tokens, seconds
+    verdicts = [vote([solution_value(r) for r in result.texts], truth, agreement)
+                if result.ok else Verdict(0.0, False)
+                for result, truth in zip(results, truths, strict=True)]
+    return verdicts, results

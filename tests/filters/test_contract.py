@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from dyngen.filters import DuplicateFilter, OverlongPromptFilter, RowFilter, SchemaFilter
+from dyngen.filters import (
+    DuplicateFilter,
+    NearDuplicateFilter,
+    OverlongPromptFilter,
+    RowFilter,
+    SchemaFilter,
+)
 from dyngen.plugins import load_class
 from dyngen.store import Store
 from dyngen.store.shards import schema_from_json
@@ -61,6 +67,26 @@ class TestDuplicateFilter(FilterContract):
 
     def rows_to_drop(self) -> list[dict[str, Any]]:
         return [verl_row(1, source="again"), verl_row(2)]  # already in the dataset
+
+
+class TestNearDuplicateFilter(FilterContract):
+    dropped_reason = "near_duplicate"
+    task = ("Write a short essay about {}, explaining its history, its importance today and one "
+            "open question that researchers still study.")
+
+    def make_filter(self, tmp_path: Path) -> RowFilter:
+        store = Store(tmp_path)
+        rec = store.create("ds", [verl_row(i, content=self.task.format(t))
+                                  for i, t in enumerate(["volcanoes", "tides", "comets"])])
+        return NearDuplicateFilter(store, "ds", rec.version)
+
+    def rows_to_keep(self) -> list[dict[str, Any]]:
+        return [verl_row(50, content=self.task.format("glaciers")), verl_row(51),
+                verl_row(52, content=self.task.format("the 2 moons of Mars"))]
+
+    def rows_to_drop(self) -> list[dict[str, Any]]:
+        return [verl_row(60, content=self.task.format("tides") + " Be brief."),
+                verl_row(61, content=self.task.format("comets").upper())]
 
 
 class TestShortAnswersExample(FilterContract):

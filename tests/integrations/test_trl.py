@@ -33,7 +33,7 @@ def smollm2(cache: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from generators.proposer.model import converted_folder, model_location
+    from dyngen.llm.weights import converted_folder, model_location
 
     torch.set_num_threads(1)  # on a shared 2-core machine, 2 threads spin-wait 8x slower
     folder, gguf = model_location({})

