@@ -50,6 +50,18 @@ def test_a_store_on_s3_mirrors_to_s3_and_engines_read_every_version(
         as_multiset(store.load(NAME).to_list())
 
 
+@pytest.fixture
+def fresh_s3_filesystems() -> Iterator[None]:
+    """s3fs caches filesystems by their arguments, and an endpoint taken from the
+    environment is not one: no other test's filesystem here, and none of ours left."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.mark.usefixtures("fresh_s3_filesystems")
 def test_the_command_mirrors_a_store_on_s3_with_credentials_from_the_environment(
         endpoint: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
