@@ -13,6 +13,7 @@ trigger step and event id; the last commit's is how a later run knows where to g
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -109,6 +110,7 @@ class _Mirror:
         self.table: DeltaTable | None = None
         self.files: dict[str, tuple[str, int]] = {}  # shard stem -> (mirror file, bytes)
         self.schema: str | None = None  # the mirror's Delta schema, as JSON
+        self.digest: str | None = None  # the schema_digest of the dyngen version it holds
         self.version = -1
         self.deleted = 0
         self.retention: Retention | None | bool = False  # the store's, read when first needed
@@ -124,6 +126,7 @@ class _Mirror:
                 or self.backend.exists("_delta_log/_last_checkpoint")):
             self._check_unused()
             self.table, self.files, self.schema, self.version = None, {}, None, -1
+            self.digest = None
             return 0
         table = DeltaTable(self.uri, storage_options=self.options)
         version = table.version()
@@ -139,6 +142,7 @@ class _Mirror:
         self._check_same_version(version, last)
         self.table, self.version = table, version
         self.schema = table.schema().to_json()
+        self.digest = last.get(f"{KEY}schema")
         # Through the Arrow C stream: pa.table() would first import pandas to check for it.
         actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
         self.files = {}
@@ -193,38 +197,39 @@ class _Mirror:
     def commit(self, entry: LogEntry, state: LogState) -> None:
         """Commit Delta version `entry.version`: the change from the mirror's files to
         `state`'s shards."""
-        from deltalake import CommitProperties, Schema
+        from deltalake import CommitProperties
         from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.transaction import RemoveAction, create_table_with_add_actions
 
-        schema = mf.delta_schema(sh.schema_from_json(state.schema))
-        try:
-            delta = Schema.from_arrow(schema)
-        except Exception as exc:  # delta-rs names the type it has no Delta form for
-            raise MirrorError(f"version {entry.version} of {self.name!r} has a column Delta "
-                              f"cannot hold ({exc}); its schema: {schema}.") from exc
+        digest = schema_digest(state.schema)
+        same = self.table is not None and digest == self.digest
+        # The version's schema is read (with `datasets`) only when it may have changed, or
+        # when a shard to write is not in the mirror's schema already.
+        target = _VersionSchema(self.name, entry.version, state.schema)
+        delta = self.table.schema() if same and self.table is not None else target.delta()
+        rewrite = self.table is not None and not same and delta.to_json() != self.schema
         props = CommitProperties(custom_metadata=commit_metadata(entry), max_commit_retries=0)
         shards = {mf.shard_stem(s): s for s in state.shards}
-        rewrite = self.table is not None and delta.to_json() != self.schema
         try:
             if self.table is None:
-                adds = [self._write(s, entry.version, schema, True) for s in shards.values()]
+                adds = [self._write(s, entry.version, target, True) for s in shards.values()]
                 create_table_with_add_actions(
                     self.uri, delta, adds, mode="error", name=self.name,
                     description=f"dyngen mirror of dataset {self.name!r}",
                     configuration=TABLE_CONFIGURATION, storage_options=self.options,
                     commit_properties=props)
             elif rewrite:  # every file again, in the new schema (overwrite removes the old)
-                adds = [self._write(s, entry.version, schema, True) for s in shards.values()]
-                self.table.create_write_transaction(adds, "overwrite", schema,
+                adds = [self._write(s, entry.version, target, True, fit=False)
+                        for s in shards.values()]
+                self.table.create_write_transaction(adds, "overwrite", delta,
                                                     commit_properties=props)
             else:
                 change = entry.operation != "compact"  # a compaction keeps the same rows
                 removes = [RemoveAction(path, change, mf.now_ms(), size, {})
                            for stem, (path, size) in self.files.items() if stem not in shards]
-                adds = [self._write(s, entry.version, schema, change)
+                adds = [self._write(s, entry.version, target, change)
                         for stem, s in shards.items() if stem not in self.files]
-                self.table.create_write_transaction([*removes, *adds], "append", schema,
+                self.table.create_write_transaction([*removes, *adds], "append", delta,
                                                     commit_properties=props)
         except CommitFailedError:
             raise _Raced() from None
@@ -234,6 +239,7 @@ class _Mirror:
             raise MirrorError(f"delta-rs could not commit version {entry.version} of "
                               f"{self.name!r} to {self.uri}: {exc}") from exc
         self._committed(entry, shards, adds, delta.to_json(), keep=not rewrite)
+        self.digest = digest
 
     def _committed(self, entry: LogEntry, shards: Mapping[str, ShardInfo],
                    adds: list[AddAction], schema: str, *, keep: bool) -> None:
@@ -255,9 +261,11 @@ class _Mirror:
         if entry.operation == "vacuum":
             self.deleted += self._sweep()
 
-    def _write(self, info: ShardInfo, version: int, schema: pa.Schema,
-               data_change: bool) -> AddAction:
-        """Write the mirror file of one shard (its rows in `schema`) and say how to add it."""
+    def _write(self, info: ShardInfo, version: int, target: _VersionSchema,
+               data_change: bool, *, fit: bool = True) -> AddAction:
+        """Write the mirror file of one shard, its rows in the version's schema (`fit`: a
+        shard already in the mirror's schema is written as it is), and say how to add it."""
+        from deltalake import Schema
         from deltalake.transaction import AddAction
 
         name = mf.file_name(info, version)
@@ -271,7 +279,13 @@ class _Mirror:
         if problem is not None:
             raise CorruptionError(f"cannot mirror version {version} of {self.name!r}: "
                                   f"{problem}. Run `dyngen verify {self.name}`.")
-        table = sh.open_table(path).table.cast(schema)
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_stream(source).read_all()  # mapped: no row is read yet
+        own = mf.delta_schema(table.schema)
+        if fit and self.schema is not None and Schema.from_arrow(own).to_json() == self.schema:
+            table = table.cast(own)  # written in this schema: only Delta's types to apply
+        else:
+            table = table.cast(target.arrow())  # older fields widened (extra_info's nulls)
         data = mf.parquet_bytes(table)
         self.backend.replace(name, data)  # same name, same rows: a rerun may rewrite it
         return AddAction(name, len(data), {}, mf.now_ms(), data_change, mf.file_stats(table))
@@ -299,6 +313,36 @@ class _Mirror:
         return deleted
 
 
+class _VersionSchema:
+    """A version's schema in Delta's types, read from its record when first needed."""
+
+    def __init__(self, name: str, version: int, schema: dict[str, Any]) -> None:
+        self.name, self.version, self.schema = name, version, schema
+        self._arrow: pa.Schema | None = None
+
+    def arrow(self) -> pa.Schema:
+        """The Arrow schema the mirror's files of this version have."""
+        if self._arrow is None:
+            self._arrow = mf.delta_schema(sh.schema_from_json(self.schema))
+        return self._arrow
+
+    def delta(self) -> Any:
+        """The same as a deltalake Schema, or MirrorError naming a type Delta lacks."""
+        from deltalake import Schema
+
+        try:
+            return Schema.from_arrow(self.arrow())
+        except Exception as exc:  # delta-rs names the type it has no Delta form for
+            raise MirrorError(f"version {self.version} of {self.name!r} has a column Delta "
+                              f"cannot hold ({exc}); its schema: {self.arrow()}.") from exc
+
+
+def schema_digest(schema: dict[str, Any]) -> str:
+    """A short fingerprint of a version's schema (its record's JSON form)."""
+    text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def commit_metadata(entry: LogEntry) -> dict[str, Any]:
     """What a mirror commit says of its dyngen version (None where the version has none)."""
     lineage = entry.lineage if isinstance(entry.lineage, dict) else {}
@@ -306,7 +350,8 @@ def commit_metadata(entry: LogEntry) -> dict[str, Any]:
     return {f"{KEY}dataset": entry.dataset, f"{KEY}version": entry.version,
             f"{KEY}operation": entry.operation, f"{KEY}created_at": entry.created_at,
             f"{KEY}rows": entry.rows, f"{KEY}round": lineage.get("round"),
-            f"{KEY}step": trigger.get("step"), f"{KEY}event_id": trigger.get("event_id")}
+            f"{KEY}step": trigger.get("step"), f"{KEY}event_id": trigger.get("event_id"),
+            f"{KEY}schema": schema_digest(entry.schema)}
 
 
 def _table_uri(dest: str | os.PathLike[str]) -> str:
