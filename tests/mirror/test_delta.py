@@ -4,6 +4,8 @@ the rows of `store.load(name, k)` as a multiset (Delta tables have no row order)
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,9 @@ def test_each_commit_names_its_version_round_step_and_event(mirrored) -> None:
     assert (one["dyngen.round"], one["dyngen.step"], one["dyngen.event_id"]) == \
         (1, 10, "event-1")
     assert history[0]["dyngen.round"] is None and history[0]["dyngen.event_id"] is None
+    digests = {role: history[versions[role]]["dyngen.schema"] for role in versions}
+    assert digests["first"] == digests["second"] == digests["middle"] == digests["restored"]
+    assert digests["grown"] == digests["compacted"] != digests["middle"]
 
 
 def actions(dest: Path, version: int) -> list[dict[str, Any]]:
@@ -271,3 +276,19 @@ def test_a_run_that_loses_a_race_goes_on_from_where_the_winner_stopped(tmp_path:
     assert sorted(c["dyngen.version"] for c in history) == [0, 1, 2, 3]
     for k in range(4):
         assert delta_rows(dest, k) == as_multiset(store.load(NAME, k).to_list())
+
+
+def test_a_version_in_the_mirrors_schema_is_mirrored_without_loading_datasets(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.create(NAME, verl_rows(2))
+    dest = tmp_path / "mirror"
+    mirror_delta(store, NAME, dest)
+    store.append(NAME, verl_rows(3, start=2))
+    code = ("import sys; from dyngen.store import Store; from dyngen.mirror import "
+            f"mirror_delta; done = mirror_delta(Store({str(store.root)!r}), {NAME!r}, "
+            f"{str(dest)!r}); print(done.committed, 'datasets' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parents[2])
+    assert out.stdout.split() == ["(1,)", "False"]  # its import costs the command a second
+    assert delta_rows(dest, 1) == as_multiset(store.load(NAME).to_list())
