@@ -30,7 +30,7 @@ from dyngen.cli_support import (
     make_table,
 )
 from dyngen.cli_trainers import emit_command, follow_command
-from dyngen.errors import DatasetNotFoundError, DyngenError
+from dyngen.errors import ConfigError, DatasetNotFoundError, DyngenError
 from dyngen.lineage import history_table, log_tables, short
 from dyngen.locations import ROOT_ENV
 from dyngen.progress import progress_bar
@@ -210,22 +210,55 @@ def show(
 @app.command("export")
 def export(
     ctx: typer.Context, name: Name,
-    out: Annotated[Path, typer.Argument(help="Output .parquet file.")],
-    version: VersionOpt = None,
+    out: Annotated[str, typer.Argument(
+        metavar="DEST", help="parquet: the output .parquet file. delta: the Delta table's "
+                             "folder or URL (s3://bucket/mirrors/NAME).")],
+    version: Annotated[int | None, typer.Option(
+        "--version", "-v", help="Version number (default: head); delta: mirror up to it.")]
+    = None,
     with_provenance: Annotated[bool, typer.Option(
-        "--with-provenance", help="Keep the _dyngen_* provenance columns.")] = False,
+        "--with-provenance", help="parquet: keep the _dyngen_* provenance columns.")] = False,
+    format_: Annotated[str, typer.Option(
+        "--format", help="parquet: one file verl's data.train_files reads. delta: a Delta "
+                         "Lake mirror, one commit per version, brought up to date each run.")]
+    = "parquet",
 ) -> None:
-    """Write a version as one parquet file that verl's data.train_files reads."""
-    from dyngen.verl_format import export_version
-
+    """Write a version as one parquet file, or keep a Delta Lake mirror of every version."""
     state = get_state(ctx)
     store = state.store()
+    if format_ == "delta":
+        _export_delta(state, name, out, version, with_provenance)
+        return
+    if format_ != "parquet":
+        raise ConfigError(f"--format: expected parquet or delta, found {format_!r}.")
+    from dyngen.verl_format import export_version
+
     rec = store.head(name) if version is None else store.record(name, version)
     with progress_bar() as bar:
         path = export_version(store, name, out, version=rec.version,
                               with_provenance=with_provenance, progress=bar)
     state.out.print(f"exported {rec.rows} rows of {name!r} version {rec.version} to {path}",
                     markup=False)
+
+
+def _export_delta(state: State, name: str, dest: str, version: int | None,
+                  with_provenance: bool) -> None:
+    from dyngen.mirror import mirror_dataset
+
+    if with_provenance:
+        raise ConfigError("--with-provenance applies to --format parquet: a Delta mirror "
+                          "always holds the _dyngen_* columns (its rows are the version's).")
+    with progress_bar() as bar:
+        done = mirror_dataset(state.store(), name, state.config().mirror, dest=dest,
+                              up_to=version, progress=bar)
+    if not done.committed:
+        state.out.print(f"the Delta mirror {done.dest} of {name!r} is current (version "
+                        f"{done.version}); nothing to do", markup=False)
+        return
+    gone = f"; deleted {done.deleted_files} file(s) retention removed" if done.deleted_files \
+        else ""
+    state.out.print(f"mirrored {name!r} versions {done.committed[0]}..{done.committed[-1]} to "
+                    f"{done.dest} as Delta versions of the same numbers{gone}", markup=False)
 
 
 @app.command("verify")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -20,7 +22,7 @@ import datasets
 
 from dyngen.config import round_params
 from dyngen.errors import ConfigError
-from dyngen.events import batch_end_payload, emit_batch_end
+from dyngen.events import batch_end_payload, emit_batch_end, send_batch_end
 from dyngen.local_server import ensure_prefect_api
 from dyngen.store import Store, VersionRecord
 
@@ -31,6 +33,9 @@ RoundRunner = Callable[..., dict[str, Any]]
 # imports the Prefect layer; an inline dataset reaches it only when it runs a round.
 DEFAULT_ROUND_RUNNER = "flows.in_process:run_round"
 MODES: tuple[str, ...] = ("emit", "inline")
+# Event ids of start rounds: one per dataset and head, whichever process asks first.
+_START_NAMESPACE = uuid.UUID("5d0f0c62-3d43-4c1e-9f59-0b4b0e8f6a51")
+_START_POLL_SECONDS = 0.5
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +46,8 @@ class DyngenDataset:
     def __init__(self, store_root: str | os.PathLike[str], dataset: str, *, mode: Mode = "emit",
                  config: Mapping[str, Any] | None = None, every_n_batches: int = 1,
                  metrics_fn: Callable[[Any], Mapping[str, float]] | None = None,
-                 round_runner: RoundRunner | None = None) -> None:
+                 round_runner: RoundRunner | None = None, generate_on_start: bool = False,
+                 start_timeout: float = 600.0) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode: expected one of {', '.join(MODES)}, found {mode!r}. "
                               "Use 'emit' (a Prefect server runs rounds) or 'inline'.")
@@ -61,7 +67,19 @@ class DyngenDataset:
         # Inline rounds need a valid config now, not a failing round at every batch later.
         self.round_config = (round_params(config, root=self.store.root) if mode == "inline"
                              else None)
+        if not isinstance(generate_on_start, bool):
+            raise ConfigError(f"generate_on_start: expected true or false, found "
+                              f"{generate_on_start!r}.")
+        if isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float)) \
+                or not start_timeout > 0:
+            raise ConfigError(f"start_timeout: expected seconds > 0, found {start_timeout!r}. "
+                              "It bounds the wait for the start round's version (emit mode).")
         self._record: VersionRecord = self.store.head(dataset)
+        # What the start round returned (event id or summary); None if none was asked for.
+        self.start_round: str | dict[str, Any] | None = None
+        if generate_on_start:
+            self.start_round = self._generate_on_start(float(start_timeout))
+            self._record = self.store.head(dataset)
         self._data: datasets.Dataset = self.store.load(dataset, self._record.version)
 
     # ---- reading ---------------------------------------------------------------------
@@ -144,6 +162,39 @@ class DyngenDataset:
                            "serving version %d", self.name, exc, self.version)
         return result
 
+    def _generate_on_start(self, timeout: float) -> str | dict[str, Any] | None:
+        """One round before the first batch, unless a round already committed by the head.
+
+        The round's event id comes from the dataset and its head, so every process that
+        starts on that head (ranks, a restart before it lands) asks for the same round,
+        which commits once. Inline: run it here. Emit: send it and wait for its version
+        up to `timeout` seconds (a queued event is not waited for).
+        """
+        state = self.store.state(self.name)
+        if state.generators:
+            logger.info("dyngen: %r already has rounds (newest: version %d); no start round",
+                        self.name, max(state.generators.values()))
+            return None
+        event_id = start_event_id(self.name, self._record)
+        if self.store.find_idempotency_key(self.name, f"event:{event_id}") is not None:
+            return event_id
+        if self.mode == "inline":
+            return self._run_inline(0, None, None, event_id)
+        delivery = send_batch_end(self.name, 0, event_id=event_id)
+        if delivery.status != "sent":
+            logger.warning("dyngen: the start round of %r was %s, not sent; training starts "
+                           "on version %d", self.name, delivery.status, self.version)
+            return None if delivery.status == "dropped" else event_id
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.store.find_idempotency_key(self.name, f"event:{event_id}") is not None:
+                return event_id
+            time.sleep(_START_POLL_SECONDS)
+        logger.warning("dyngen: the start round of %r (event %s) did not commit within %.0f s; "
+                       "training starts on version %d and maps the round when it lands",
+                       self.name, event_id, timeout, self.version)
+        return event_id
+
     def _metrics_of(self, batch: Any, step: int) -> Mapping[str, float] | None:
         try:
             return self.metrics_fn(batch) if self.metrics_fn is not None else None
@@ -163,6 +214,11 @@ class DyngenDataset:
             logger.exception("dyngen: the inline generation round of %r at step %s failed; "
                              "training continues on version %d", self.name, step, self.version)
             return None
+
+
+def start_event_id(dataset: str, head: VersionRecord) -> str:
+    """The event id of `dataset`'s start round on `head`: the same in every process."""
+    return str(uuid.uuid5(_START_NAMESPACE, f"{dataset}:{head.version}:{head.created_at}"))
 
 
 def default_round_runner() -> RoundRunner:

@@ -80,6 +80,10 @@ class CorruptionError(StoreError):
     """A version record or shard on disk is damaged, missing or out of bounds."""
 
 
+class MirrorError(DyngenError):
+    """A mirror of a dataset in another format (Delta Lake) cannot be written or continued."""
+
+
 class ImportFormatError(DyngenError, ValueError):
     """An input file is not in verl's RL parquet/jsonl format."""
 

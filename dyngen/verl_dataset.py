@@ -9,6 +9,8 @@ Name it in verl's config (this module imports verl; `import dyngen` never does):
     +data.dyngen.mode=emit                   # emit (a Prefect server runs rounds) | inline
     +data.dyngen.every_n_batches=1
     +data.dyngen.config={...}                # inline mode: the round's dyngen config
+    +data.dyngen.generate_on_start=true      # one round before the first batch (default false)
+    +data.dyngen.start_timeout=600           # emit mode: seconds to wait for that round
 
 The first run imports `data.train_files` as version 0; every later run resumes from the
 newest committed version, generated rows included, and does not re-read the files.
@@ -100,6 +102,7 @@ class VerlDyngenDataset(RLHFDataset):
             self.source = DyngenDataset(
                 cfg["root"], cfg["dataset"], mode=cfg["mode"],
                 every_n_batches=cfg["every_n_batches"],
+                generate_on_start=cfg["generate_on_start"], start_timeout=cfg["start_timeout"],
                 config=_round_config(cfg, self.config, self.tokenizer)
                 if cfg["mode"] == "inline" else None)
         else:
@@ -240,6 +243,8 @@ def _settings(config: Any) -> dict[str, Any]:
     root = store_root(plain.get("root"))
     return {"dataset": name, "root": str(root), "mode": plain.get("mode", "emit"),
             "every_n_batches": plain.get("every_n_batches", 1),
+            "generate_on_start": plain.get("generate_on_start", False),
+            "start_timeout": plain.get("start_timeout", 600.0),
             "config": plain.get("config") or {}}
 
 

@@ -46,6 +46,21 @@ def test_missing_dataset_and_bad_arguments_fail_at_construction(store: Store) ->
         DyngenDataset(store.root, "ds", mode="sync")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="every_n_batches: expected an integer >= 1, found 0"):
         DyngenDataset(store.root, "ds", every_n_batches=0)
+    with pytest.raises(ConfigError, match="generate_on_start: expected true or false, found"):
+        DyngenDataset(store.root, "ds", generate_on_start="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="start_timeout: expected seconds > 0, found 0"):
+        DyngenDataset(store.root, "ds", generate_on_start=True, start_timeout=0)
+
+
+def test_a_start_round_that_cannot_be_sent_is_not_waited_for(
+        store: Store, no_server: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="dyngen")
+    started = time.monotonic()
+    ds = DyngenDataset(store.root, "ds", generate_on_start=True, start_timeout=600)
+    assert time.monotonic() - started < events.MAX_EMIT_SECONDS
+    assert ds.version == 0 and ds.start_round is not None  # queued in the outbox
+    assert "the start round of 'ds' was queued, not sent; training starts on version 0" in \
+        caplog.text
 
 
 def test_refresh_maps_a_version_committed_by_another_handle_without_copying(store: Store) -> None:

@@ -43,7 +43,7 @@ from tests.docs_blocks import (
 )
 from tests.rows import verl_rows
 
-CONFIG_SECTIONS = {"store", "data", "round"}
+CONFIG_SECTIONS = {"store", "data", "round", "mirror"}
 PAGES = pages()
 
 

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dyngen.config.messages import describe, type_error, type_words, unknown_key, wrap
-from dyngen.config.schema import OPEN_SECTIONS, TASK_RUNNER_KINDS, DyngenConfig
+from dyngen.config.schema import MIRROR_FORMATS, OPEN_SECTIONS, TASK_RUNNER_KINDS, DyngenConfig
 from dyngen.errors import ConfigError
 
 
@@ -148,6 +148,11 @@ RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
      "round.near_duplicate.ngram=5"),
     ("round.near_duplicate.min_words", lambda v: v >= 0, "an integer >= 0",
      "round.near_duplicate.min_words=10"),
+    ("mirror.format", lambda v: v in MIRROR_FORMATS, f"one of {', '.join(MIRROR_FORMATS)}",
+     "mirror.format=delta"),
+    ("mirror.dest", lambda v: v is None or non_empty(v),
+     "null (no mirror) or a folder or URL under which each dataset is mirrored",
+     "mirror.dest=s3://bucket/mirrors"),
 )
 
 

@@ -116,12 +116,28 @@ class RoundConfig:
 
 
 @dataclass
+class MirrorConfig:
+    """A copy of each dataset that other engines read (README: Reading versions elsewhere),
+    kept current by the store-maintenance flow once ``dest`` is set."""
+
+    format: str = "delta"
+    # A folder or URL; dataset NAME is mirrored to <dest>/<NAME>. null: no mirror.
+    dest: str | None = None
+    # fsspec options that reach dest (s3fs's for s3://); default: the store's, when dest is
+    # on the store's scheme.
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    # Passed to delta-rs as they are (e.g. AWS_S3_LOCKING_PROVIDER).
+    delta_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class DyngenConfig:
-    """The whole configuration: ``store``, ``data`` and ``round`` sections."""
+    """The whole configuration: ``store``, ``data``, ``round`` and ``mirror`` sections."""
 
     store: StoreConfig = field(default_factory=StoreConfig)
     data: DataConfig = field(default_factory=DataConfig)
     round: RoundConfig = field(default_factory=RoundConfig)
+    mirror: MirrorConfig = field(default_factory=MirrorConfig)
 
 
 # `${local_folder:${store.root}}`: rollouts files are local even when the store is not.
@@ -134,6 +150,7 @@ with warnings.catch_warnings():  # omegaconf 2.4 renamed it; 2.3's other name me
 OPEN_SECTIONS = frozenset({"data.datagen"})
 
 TASK_RUNNER_KINDS = ("threads", "ray")
+MIRROR_FORMATS = ("delta",)
 
 def default_config() -> DictConfig:
     """Return a fresh, typed config holding every default."""

@@ -43,6 +43,7 @@ _R = TypeVar("_R", bound="StoreReader")
 
 if TYPE_CHECKING:
     import datasets
+    from datasets.table import MemoryMappedTable
 
 
 class StoreReader:
@@ -225,8 +226,31 @@ class StoreReader:
         infos = self.log(name).entry(state.version).rejected if round_only else state.quarantine
         return self._open(name, state, infos, True, REJECTED_SCHEMA)
 
+    def to_arrow(self, name: str, version: int | None = None, *,
+                 verify_checksums: bool = True) -> pa.Table:
+        """A version's rows (the head by default) as one Arrow table over the memory-mapped
+        shards: no row is copied, so DuckDB and Polars query it in place.
+
+        Shards written before a round added extra_info fields read them as null (only
+        that column of those shards is rebuilt; its leaves stay mapped).
+        """
+        state = self._loadable_state(name, version)
+        schema = sh.schema_from_json(state.schema)
+        tables = [t.table for t in self._mapped(name, state, state.shards, verify_checksums)]
+        parts = [t if t.schema.equals(schema, check_metadata=False) else t.cast(schema)
+                 for t in tables]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
     def _open(self, name: str, state: LogState, infos: tuple[ShardInfo, ...],
               verify_checksums: bool, schema: pa.Schema) -> datasets.Dataset:
+        tables = self._mapped(name, state, infos, verify_checksums)
+        identity = "|".join([name, str(schema), *(i.sha256 for i in infos)])
+        fingerprint = hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
+        return sh.as_dataset(tables, schema, fingerprint)
+
+    def _mapped(self, name: str, state: LogState, infos: tuple[ShardInfo, ...],
+                verify_checksums: bool) -> list[MemoryMappedTable]:
+        """The shards `infos` of a version, each checked and memory-mapped."""
         tables = []
         for info in infos:
             try:
@@ -245,9 +269,7 @@ class StoreReader:
                 f"Run `dyngen verify {name}` to list all damage, then `dyngen restore {name} "
                 "<version>` to an earlier version that verifies, and `dyngen gc`."
             )
-        identity = "|".join([name, str(schema), *(i.sha256 for i in infos)])
-        fingerprint = hashlib.blake2b(identity.encode(), digest_size=8).hexdigest()
-        return sh.as_dataset(tables, schema, fingerprint)
+        return tables
 
     def contains_prompts(self, name: str, keys: np.ndarray,
                          version: int | None = None) -> np.ndarray:

@@ -50,6 +50,8 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "compaction": {"enabled": True, "max_small_shards": 50, "fan_in": 8,
                            "target_shard_mb": 128.0},
         },
+        "mirror": {"format": "delta", "dest": None, "storage_options": {},
+                   "delta_options": {}},
     }
 
 

@@ -29,3 +29,20 @@ def test_inline_rounds_grow_the_dataset_the_trainer_reads(tmp_path: Path) -> Non
     assert head.lineage["trigger"]["metrics"] == {"score": pytest.approx(0.7)}
     again = DyngenDataset(tmp_path, "ds")  # a restarted trainer sees the generated row
     assert len(again) == 5
+
+
+def test_generate_on_start_runs_one_round_before_the_first_batch_once_per_dataset(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.create("ds", verl_rows(4))
+    config = {"data": {"datagen": {"path": "pkg://tests.flows.gens", "name": "UsesContext"}}}
+    data = DyngenDataset(tmp_path, "ds", mode="inline", config=config, generate_on_start=True)
+    assert (len(data), data.version) == (5, 1)  # the round's row is served from the start
+    assert data.start_round is not None and data.start_round["version"] == 1
+    head = store.head("ds")
+    assert head.lineage["trigger"]["step"] == 0 and head.lineage["round"] == 1
+
+    restarted = DyngenDataset(tmp_path, "ds", mode="inline", config=config,
+                              generate_on_start=True)  # the head already has a round
+    assert restarted.start_round is None and (restarted.version, len(restarted)) == (1, 5)
+    assert store.head_version("ds") == 1

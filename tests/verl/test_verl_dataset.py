@@ -258,3 +258,20 @@ def test_inline_mode_runs_the_round_in_the_trainer_and_serves_its_rows(
     assert lineage["trigger"]["step"] == 2
     assert lineage["trigger"]["metrics"] == {"score/mean": 1.0, "score/max": 1.0,
                                              "score/min": 1.0, "acc/mean": 1.0}
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_generate_on_start_runs_one_round_before_the_first_batch_not_again_on_restart(
+        tmp_path: Path, qwen_tokenizer: Any) -> None:
+    datagen = {"path": "pkg://tests.flows.gens", "name": "AddNewRows", "start": 100, "n": 2}
+    cfg = verl_config(tmp_path, mode="inline", generate_on_start=True,
+                      config={"data": {"datagen": datagen}, "round": {"retries": 0}})
+    ds = train_set(cfg, qwen_tokenizer)  # seeds version 0, then the start round: version 1
+    assert ds.version == 1 and indices(ds) == [*range(7), 100, 101]
+    store = Store(cfg.data.dyngen.root)
+    assert store.head(NAME).lineage["trigger"]["step"] == 0
+    loader = dataloader(cfg, ds)
+    assert len(loader) == 4  # the first epoch already samples the generated rows
+
+    restarted = train_set(cfg, qwen_tokenizer)  # the head has a round: none is asked for
+    assert restarted.version == 1 and store.head_version(NAME) == 1
