@@ -44,7 +44,7 @@ def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
     event's: a path outside them, a FIFO or too large a file fails here)."""
     validate_name(dataset)
     cfg = load_config(overrides=list(overrides), base=config)
-    refuse_redacted(cfg.store.storage_options)
+    refuse_redacted(cfg)
     trig = Trigger.parse(trigger)
     rollouts = RolloutsPolicy.from_config(cfg)
     if trig.rollouts is not None:

@@ -37,7 +37,7 @@ def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = N
     near-duplicate sidecars miss (`dyngen rebuild-index`); vacuum if a rule is given;
     bring its mirror up to the head if `mirror.dest` is set."""
     cfg = load_config(base=config)
-    refuse_redacted(cfg.store.storage_options)
+    refuse_redacted(cfg)
     if deployment_run():
         refuse_secrets(cfg, "this deployment's parameters")
     policy = compaction_policy(cfg)  # the numbers a round would use, enabled or not

@@ -1,4 +1,5 @@
-"""Secrets in `store.storage_options`, found by option name and kept out of Prefect's records.
+"""Secrets in a config's option sections (`store.storage_options`, the mirror's
+`storage_options` and `delta_options`), found by option name and kept out of Prefect's records.
 
 A round's config is a flow run parameter, which Prefect stores and shows in plain text, and
 a deployment stores its parameters the same way. A direct call of the round keeps working:
@@ -20,6 +21,9 @@ from dyngen.errors import ConfigError
 
 REDACTED = "<redacted>"
 OPTIONS = "store.storage_options"
+# Every section of options handed to a filesystem or to delta-rs, where credentials could go.
+SECTIONS = (("store", "storage_options"), ("mirror", "storage_options"),
+            ("mirror", "delta_options"))
 # Option names (any depth, any case) that hold a credential: exact names, and parts of names.
 _SECRET_NAMES = frozenset({"key", "secret", "token", "password", "passwd", "pwd", "auth",
                            "credentials", "sas"})
@@ -79,24 +83,37 @@ def _plain(config: Any) -> Any:
     return config
 
 
-def _options_of(config: Any) -> Any:
-    store = _plain(config).get("store") if isinstance(_plain(config), Mapping) else None
-    return store.get("storage_options") if isinstance(store, Mapping) else None
+def _sections_of(config: Any) -> list[tuple[str, str, Any]]:
+    """(section, key, options) of each option section `config` has."""
+    plain = _plain(config)
+    found = []
+    for section, key in SECTIONS:
+        part = plain.get(section) if isinstance(plain, Mapping) else None
+        if isinstance(part, Mapping) and isinstance(part.get(key), Mapping):
+            found.append((section, key, part[key]))
+    return found
+
+
+def config_secret_paths(config: Any) -> list[str]:
+    """Dotted paths of the credentials in every option section of `config`."""
+    return [path for section, key, options in _sections_of(config)
+            for path in secret_paths(options, f"{section}.{key}")]
 
 
 def redact_config(config: Any) -> Any:
-    """`config` with its store.storage_options credentials redacted (itself if it has none)."""
-    options = _options_of(config)
-    if not secret_paths(options):
+    """`config` with the credentials of its option sections redacted (itself if none)."""
+    if not config_secret_paths(config):
         return config
     plain = dict(_plain(config))
-    plain["store"] = {**plain["store"], "storage_options": redact_options(options)}
+    for section, key, options in _sections_of(config):
+        plain[section] = {**plain[section], key: redact_options(options)}
     return plain
 
 
 def redact_overrides(overrides: Any) -> Any:
-    """`overrides` with the value of any that sets a credential under store.storage_options
-    replaced by REDACTED (one that does not parse, under `store`, is redacted whole)."""
+    """`overrides` with the value of any that sets a credential in an option section
+    replaced by REDACTED (one that does not parse, under `store` or `mirror`, is redacted
+    whole)."""
     if not isinstance(overrides, Sequence) or isinstance(overrides, str):
         return overrides
     out = []
@@ -105,12 +122,12 @@ def redact_overrides(overrides: Any) -> Any:
             out.append(text)
             continue
         head = text.split("=", 1)[0]
-        if not head.strip().lstrip("+").startswith("store"):
+        if not head.strip().lstrip("+").startswith(tuple(s for s, _ in SECTIONS)):
             out.append(text)
             continue
         try:
             key, value = parse_override(text)
-            secret = bool(secret_paths(_options_of(nest(key, value))))
+            secret = bool(config_secret_paths(nest(key, value)))
         except ConfigError:
             secret = True
         out.append(f"{head}={REDACTED}" if secret else text)
@@ -118,24 +135,29 @@ def redact_overrides(overrides: Any) -> Any:
 
 
 def refuse_secrets(config: Any, where: str) -> None:
-    """ConfigError if `config` has a credential in store.storage_options, since `where`
-    would record it; the message names each option and its environment variable."""
-    paths = secret_paths(_options_of(config))
+    """ConfigError if `config` has a credential in an option section, since `where` would
+    record it; the message names each option and its environment variable."""
+    paths = config_secret_paths(config)
     if not paths:
         return
     plain = _plain(config)
-    root = str((plain.get("store") or {}).get("root") or "")
-    hints = sorted({_env_hint(path.rsplit(".", 1)[-1], root) for path in paths})
+    # Where each section's credentials are used: the store's root, the mirror's dest.
+    where_to = {"store": str((plain.get("store") or {}).get("root") or ""),
+                "mirror": str((plain.get("mirror") or {}).get("dest") or "")}
+    hints = sorted({_env_hint(path.rsplit(".", 1)[-1], where_to[path.split(".", 1)[0]])
+                    for path in paths})
     raise ConfigError(
-        f"{', '.join(paths)}: expected no credentials in store.storage_options, found "
+        f"{', '.join(paths)}: expected no credentials in "
+        f"{' or '.join(sorted({'.'.join(p.split('.')[:2]) for p in paths}))}, found "
         f"{'one' if len(paths) == 1 else len(paths)} ({where} would keep it in Prefect's "
         f"records, in plain text). Remove it and set {'; '.join(hints)} in the environment "
         "of every process that runs rounds (README: Storage backends).")
 
 
-def refuse_redacted(options: Any) -> None:
-    """ConfigError if a storage option holds REDACTED: a config copied from a recorded run."""
-    redacted = [path for path, value in _leaves(options, OPTIONS) if value == REDACTED]
+def refuse_redacted(config: Any) -> None:
+    """ConfigError if an option holds REDACTED: a config copied from a recorded run."""
+    redacted = [path for section, key, options in _sections_of(config)
+                for path, value in _leaves(options, f"{section}.{key}") if value == REDACTED]
     if redacted:
         raise ConfigError(
             f"{', '.join(redacted)}: expected a value, found {REDACTED!r}, the mark dyngen "

@@ -6,8 +6,10 @@ import pytest
 
 from dyngen.config.secrets import (
     REDACTED,
+    config_secret_paths,
     redact_config,
     redact_overrides,
+    refuse_redacted,
     refuse_secrets,
     secret_paths,
 )
@@ -76,3 +78,25 @@ def test_refusal_names_the_option_and_where_it_belongs(root, option, variable) -
         refuse_secrets({"store": {"root": root, "storage_options": option}}, "a deployment")
     assert variable in str(refused.value) and "'v'" not in str(refused.value)
     assert "expected no credentials in store.storage_options" in str(refused.value)
+
+
+def test_the_mirrors_options_are_kept_out_of_the_records_too() -> None:
+    """The mirror's fsspec and delta-rs options reach a filesystem as the store's do: a
+    credential there is redacted, refused and named the same way."""
+    config = {"store": {"root": "/data/store", "storage_options": {}},
+              "mirror": {"dest": "s3://lake/dyngen",
+                         "storage_options": {"secret": "s3cr3t", "anon": False},
+                         "delta_options": {"AWS_SECRET_ACCESS_KEY": "s3cr3t",
+                                           "AWS_S3_LOCKING_PROVIDER": "dynamodb"}}}
+    assert config_secret_paths(config) == ["mirror.storage_options.secret",
+                                           "mirror.delta_options.AWS_SECRET_ACCESS_KEY"]
+    redacted = redact_config(config)
+    assert "s3cr3t" not in repr(redacted)
+    assert redacted["mirror"]["delta_options"]["AWS_S3_LOCKING_PROVIDER"] == "dynamodb"
+    assert redact_overrides(["mirror.delta_options.AWS_SECRET_ACCESS_KEY=s3cr3t"]) == [
+        f"mirror.delta_options.AWS_SECRET_ACCESS_KEY={REDACTED}"]
+    with pytest.raises(ConfigError, match="AWS_SECRET_ACCESS_KEY") as exc:
+        refuse_secrets(config, "a deployment")
+    assert "s3cr3t" not in str(exc.value)
+    with pytest.raises(ConfigError, match=r"mirror\.storage_options\.secret"):
+        refuse_redacted(redacted)
