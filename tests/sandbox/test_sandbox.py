@@ -36,6 +36,16 @@ def test_the_argument_and_the_value_cross_as_literals(argument: object, value: s
     assert (result.ok, result.value, result.reason) == (True, value, None)
 
 
+@pytest.mark.parametrize("argument", [
+    -3, -0.5, 1e100, 2 + 3j, -1 - 2j, set(), (1,), (), b"\x00'\"", "it's \"x\"\n", None, True,
+    {"a": [1, (2, {3})], -1: {}}, [[[]]], 10**40,
+])
+def test_any_literal_crosses_unchanged(argument: object) -> None:
+    """The runner reads literals with its own reader (no `ast` import): the same values."""
+    result = run_python("def f(x):\n    return x\n", "f", argument)
+    assert result.ok and result.value == repr(argument), result
+
+
 def test_a_value_that_is_no_literal_comes_back_as_its_repr() -> None:
     program = "class P:\n    def __repr__(self):\n        return 'P()'\ndef f(x):\n    return P()"
     assert run_python(program, "f", None).value == "P()"
