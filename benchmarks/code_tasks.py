@@ -7,8 +7,9 @@ All in one run, on CPU, with the default model (SmolLM2-135M-Instruct, in-proces
   labels     every kept row's program re-run in a fresh sandbox (and the seed file's 36):
              the share whose value is the row's label (it must be 100%)
   sandbox    `--runs` calls of a small function, one fresh sandbox each: one at a time and
-             `workers` at once (as the generator runs them); the baseline, in the same run,
-             is a plain `python -c` subprocess of the same interpreter doing nothing
+             `workers` at once (as the generator runs them); the baseline, in the same run
+             (5 interleaved rounds, medians), is a plain `python -c pass` subprocess of the
+             same interpreter (and, for scale, the bare base interpreter with -S)
 
     python benchmarks/code_tasks.py [--seeds 8] [--proposals 4] [--passes 1] [--runs 100]
                                     [--workers 2] [--tasks deduction,abduction]
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -41,8 +43,9 @@ def runs_per_second(run: Any, count: int, workers: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-def sandbox_speed(count: int, workers: int) -> None:
-    """Sandbox runs per second against plain `python -c` subprocesses, same run."""
+def sandbox_speed(count: int, workers: int, rounds: int = 5) -> None:
+    """Sandbox runs per second against plain `python -c` subprocesses, same run: `rounds`
+    interleaved rounds of count/rounds calls each (the machine's load drifts), medians."""
     from dyngen.sandbox import require_bwrap, run_python
     from dyngen.sandbox.bwrap import interpreter
 
@@ -57,17 +60,23 @@ def sandbox_speed(count: int, workers: int) -> None:
     def bare(i: int) -> None:
         subprocess.run([str(interpreter()), "-S", "-c", "pass"], check=True)
 
-    print(f"{'sandbox runs/s':<44}{'1 at a time':>12}{f'{workers} at once':>12}")
-    rows = {}
-    for label, run in (("plain `python -c pass` (venv, site)", plain),
-                       ("bare `python -S -c pass` (base interpreter)", bare),
-                       ("run_python in bwrap (fresh sandbox each)", sandboxed)):
-        rows[label] = (runs_per_second(run, count, 1), runs_per_second(run, count, workers))
-        print(f"{label:<44}{rows[label][0]:>12.1f}{rows[label][1]:>12.1f}")
-    sand, base = rows["run_python in bwrap (fresh sandbox each)"], rows[
-        "plain `python -c pass` (venv, site)"]
-    print(f"{'ratio sandbox / plain python -c':<44}{sand[0] / base[0]:>12.2f}"
-          f"{sand[1] / base[1]:>12.2f}")
+    kinds = {"plain `python -c pass` (venv, site)": plain,
+             "bare `python -S -c pass` (base interpreter)": bare,
+             "run_python in bwrap (fresh sandbox each)": sandboxed}
+    rates: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for label, run in kinds.items():
+            for w in (1, workers):
+                rates.setdefault((label, w), []).append(
+                    runs_per_second(run, max(1, count // rounds), w))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"{'runs/s (median of ' + str(rounds) + ' rounds)':<44}{'1 at a time':>12}"
+          f"{f'{workers} at once':>12}")
+    for label in kinds:
+        print(f"{label:<44}{med[label, 1]:>12.1f}{med[label, workers]:>12.1f}")
+    sand, plain_label = "run_python in bwrap (fresh sandbox each)", next(iter(kinds))
+    print(f"{'ratio sandbox / plain python -c':<44}{med[sand, 1] / med[plain_label, 1]:>12.2f}"
+          f"{med[sand, workers] / med[plain_label, workers]:>12.2f}")
 
 
 def relabel(rows: list[dict[str, Any]]) -> tuple[int, int]:

@@ -4,6 +4,7 @@ In order, a candidate is dropped as
   copy              its program (comments, spacing and docstrings aside) is a seed's, an
                     example's, an earlier candidate's or one already in the dataset;
   forbidden         the AST filter refuses it (nothing runs);
+  trivial           its function never reads its argument (any input gives the same value);
   timeout, memory, error, output_limit, crashed
                     the sandbox's reason on either run;
   nondeterministic  the two runs (two hash seeds) gave different values;
@@ -15,6 +16,7 @@ The rest are kept, labelled with the first run's value.
 
 from __future__ import annotations
 
+import ast
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +53,22 @@ def label_of(result: SandboxResult, candidate: Candidate) -> tuple[str | None, s
     return result.value, ""
 
 
+def ignores_its_argument(program: str, function: str) -> bool:
+    """Whether `function`'s body never reads any of its parameters (a constant task)."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            args = node.args
+            names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                     *filter(None, (args.vararg, args.kwarg))]}
+            return not any(isinstance(n, ast.Name) and n.id in names
+                           for stmt in node.body for n in ast.walk(stmt))
+    return False
+
+
 def check_candidates(candidates: list[Candidate], seen: set[str],
                      cfg: dict[str, Any]) -> list[Checked]:
     """Each candidate checked (see the module's docstring), in order; `seen` (normal forms of
@@ -65,6 +83,9 @@ def check_candidates(candidates: list[Candidate], seen: set[str],
         seen.add(form)
         if screen(cand.program):
             out[i] = Checked(cand, reason="forbidden")
+            continue
+        if ignores_its_argument(cand.program, cand.function):
+            out[i] = Checked(cand, reason="trivial")
             continue
         to_run.append(i)
 

@@ -62,13 +62,15 @@ def test_each_candidate_is_kept_with_its_value_or_dropped_with_its_reason() -> N
         (candidate("def f(x):\n    return [v * v for v in range(x)]  # again"), "copy", None),
         (candidate("import os\ndef f(x):\n    return os.getpid()"), "forbidden", None),
         (candidate("def f(x):\n    return 1 / (x - 3)"), "error", None),
+        (candidate("def f(x, y):\n    return x + y"), "error", None),  # two arguments
         (candidate("def f(x):\n    while True:\n        x += 1"), "timeout", None),
-        (candidate("def f(x):\n    return bytearray(2**34)"), "memory", None),
-        (candidate("def f(x):\n    return 'a' * 1000"), "output_limit", None),
-        (candidate("import random\ndef f(x):\n    return random.random()"),
+        (candidate("def f(x):\n    return bytearray(2**34 * x)"), "memory", None),
+        (candidate("def f(x):\n    return 'a' * 1000 * x"), "output_limit", None),
+        (candidate("import random\ndef f(x):\n    return random.random() + x"),
          "nondeterministic", None),
-        (candidate("def f(x):\n    return float('nan')"), "not_literal", None),
+        (candidate("def f(x):\n    return float('nan') * x"), "not_literal", None),
         (candidate("def f(x):\n    return x"), "trivial", None),
+        (candidate("def f(x):\n    return {'a': 1, 'b': 7 * 6}"), "trivial", None),  # constant
         (candidate("def f(x):\n    x += 1"), "trivial", None),  # returns None
         (candidate("def f(x):\n    return {c: x.count(c) for c in set(x)}", "abca"), "",
          "{'a': 2, 'b': 1, 'c': 1}"),

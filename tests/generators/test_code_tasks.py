@@ -24,9 +24,10 @@ from tests.generators.contract import GeneratorContract, assert_verl_row
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = str(REPO / ".dyngen" / "models")  # gitignored; converted once per checkout
-# Small enough for CI: one seed, two samples of at most 64 tokens, up to 3 passes.
-FAST = {"hard_k": 1, "proposals_per_seed": 2, "max_new_tokens": 64, "max_passes": 3,
+# Small enough for CI: one seed, one sample of at most 48 tokens, up to 3 passes.
+FAST = {"hard_k": 1, "proposals_per_seed": 1, "max_new_tokens": 48, "max_passes": 3,
         "min_rows": 1}
+SEEDS = [json.loads(line) for line in SEED_FILE.read_text().splitlines()]
 
 
 def proposer(**cfg: Any) -> CodeTaskProposer:
@@ -55,13 +56,18 @@ class TestCodeTaskProposer(GeneratorContract):
         return proposer(**FAST)
 
     @pytest.fixture
+    def seed_dataset(self) -> datasets.Dataset:
+        """Code tasks, as a code-task dataset starts (the first three shipped seeds)."""
+        return datasets.Dataset.from_list(SEEDS[:3])
+
+    @pytest.fixture
     def generator(self, model: Any) -> CodeTaskProposer:  # the model loads once, first
         return self.make_generator()
 
 
 def test_hard_seeds_yield_new_programs_whose_labels_a_fresh_sandbox_gives_back(
         model: Any, tmp_path: Path) -> None:
-    seeds = [json.loads(line) for line in SEED_FILE.read_text().splitlines()]
+    seeds = SEEDS
     data = datasets.Dataset.from_list(seeds)
     # Rollouts of a batch: the first 6 tasks solved, tasks 6..9 failed (the hard ones).
     rollouts = tmp_path / "batch.jsonl"
