@@ -68,6 +68,14 @@ def test_an_abduction_row_without_its_program_is_a_clear_error() -> None:
         verl_call("Answer: 3", "[4, 9]", {"task": ABDUCTION})
 
 
+def test_trl_reads_text_completions_and_either_label_column() -> None:
+    completions = ["f sorts it.\nAnswer: [1,2]", "Answer: [2, 1]"]
+    labels = [{"style": "rule", "ground_truth": "[1, 2]"}] * 2
+    assert code_task_reward(["p", "p"], completions, reward_model=labels) == [1.0, 0.0]
+    assert code_task_reward(["p", "p"], completions, ground_truth=["[1, 2]"] * 2,
+                            trainer_state=None) == [1.0, 0.0]
+
+
 def test_trl_without_a_label_column_says_what_it_expected() -> None:
     with pytest.raises(ConfigError, match="reward_model column .* found \\['extra_info'"):
         code_task_reward(["p"], ["Answer: 1"], extra_info=[{}])

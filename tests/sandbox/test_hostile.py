@@ -161,9 +161,11 @@ def test_writing_outside_its_temp_dir(watch: Watch) -> None:
 def test_killing_its_parent(watch: Watch) -> None:
     program = "import os\ndef f(x):\n    os.kill(os.getppid(), 9)\n    return 'alive'\n"
     check(*run(program, True), "forbidden", "imports os")
-    # Its parent is the sandbox's PID 1, which the runner keeps at another uid.
-    assert os.geteuid() == 0, "CI runs as root: this case checks the root layout"
-    check(*run(program, False), "error", "PermissionError")
+    bypassed, seconds = run(program, False)
+    if os.geteuid() == 0:  # as in CI: its parent, the sandbox's PID 1, keeps another uid
+        check(bypassed, seconds, "error", "PermissionError")
+    else:  # its parent is the PID 1 of its own namespace, which SIGKILL from inside misses
+        assert bypassed.value == "'alive'", bypassed
 
 
 def test_printing_1_gb(watch: Watch) -> None:
