@@ -90,11 +90,13 @@ def _text(completion: Any) -> str:
 def code_task_reward(prompts: Sequence[Any], completions: Sequence[Any],
                      reward_model: Sequence[Mapping[str, Any]] | None = None,
                      extra_info: Sequence[Mapping[str, Any] | None] | None = None,
-                     ground_truth: Sequence[str] | None = None, **kwargs: Any) -> list[float]:
+                     ground_truth: Sequence[str] | None = None, *, sandbox: str = "bwrap",
+                     timeout_seconds: float = 5.0, **kwargs: Any) -> list[float]:
     """TRL's reward function: one score per completion, from the rows' own columns.
 
     The label is each row's `reward_model["ground_truth"]` (verl's schema) or its
-    `ground_truth` column.
+    `ground_truth` column. `sandbox` and `timeout_seconds` apply to abduction answers (wrap
+    the function to change them: TRL names a reward by its function's __name__).
     """
     if ground_truth is None and reward_model is None:
         given = sorted([*kwargs, *(["extra_info"] if extra_info is not None else [])])
@@ -105,4 +107,5 @@ def code_task_reward(prompts: Sequence[Any], completions: Sequence[Any],
     truths = list(ground_truth) if ground_truth is not None else [
         str((r or {}).get("ground_truth", "")) for r in reward_model or []]
     infos = list(extra_info) if extra_info is not None else [None] * len(completions)
-    return [score(_text(c), t, i) for c, t, i in zip(completions, truths, infos, strict=True)]
+    return [score(_text(c), t, i, sandbox=sandbox, timeout_seconds=timeout_seconds)
+            for c, t, i in zip(completions, truths, infos, strict=True)]

@@ -4,8 +4,9 @@ the filter, input errors, the unisolated mode, and a clear error where bwrap can
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -165,19 +166,33 @@ def test_where_bwrap_cannot_run_the_error_says_what_to_do(monkeypatch: pytest.Mo
     require_bwrap()  # installed here, as in CI
 
 
-def test_a_worker_that_is_not_root_gets_a_user_namespace(tmp_path: Path) -> None:
+def test_a_worker_that_is_not_root_gets_a_user_namespace() -> None:
     """Run by an unprivileged user, bwrap's own user namespace keeps the sandbox at that uid,
     and RLIMIT_NPROC (counted per namespace) still stops a fork."""
     python = "/usr/bin/python3"
     assert os.access(python, os.X_OK), "the non-root case runs the system's python3"
-    script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-              "from dyngen.sandbox import run_python\n"
-              "print(run_python('def f(x):\\n    return x + 1', 'f', 1).value)\n"
-              "r = run_python('import os\\ndef f(x):\\n    os.fork()', 'f', 0, screened=False)\n"
-              "print(r.reason, r.detail)\n")
-    out = subprocess.run([python, "-c", script, str(REPO)], capture_output=True, text=True,
-                         user=65534, group=65534, extra_groups=[], cwd=tmp_path, timeout=60,
-                         env={"PATH": os.environ["PATH"]})
+    # The worker (uid 65534) imports dyngen.sandbox from a copy it can read: a checkout
+    # may sit in a folder only root can enter.
+    folder = Path(tempfile.mkdtemp(prefix="dyngen-nonroot-"))
+    try:
+        folder.chmod(0o755)
+        package = folder / "dyngen"
+        shutil.copytree(REPO / "dyngen" / "sandbox", package / "sandbox",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("__init__.py", "errors.py"):
+            shutil.copy(REPO / "dyngen" / name, package / name)
+        for path in folder.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        script = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                  "from dyngen.sandbox import run_python\n"
+                  "print(run_python('def f(x):\\n    return x + 1', 'f', 1).value)\n"
+                  "r = run_python('import os\\ndef f(x):\\n    os.fork()', 'f', 0, "
+                  "screened=False)\n"
+                  "print(r.reason, r.detail)\n")
+        out = subprocess.run([python, "-B", "-c", script, str(folder)], capture_output=True,
+                             text=True, user=65534, group=65534, extra_groups=[], cwd=folder,
+                             timeout=60, env={"PATH": os.environ["PATH"]})
+    finally:
+        shutil.rmtree(folder)
     assert out.stdout.splitlines() == ["2", "error BlockingIOError: [Errno 11] Resource "
                                        "temporarily unavailable"], out.stderr
-    assert sys.executable  # the worker itself went on
