@@ -23,11 +23,11 @@ BANNED_MODULES = frozenset({
     "zipfile", "tarfile", "gzip", "bz2", "lzma", "linecache", "tokenize", "unittest",
     "doctest", "venv", "ensurepip",
 })
-# Built-in names that read files, evaluate text, or reach objects by a name built at run time.
+# Built-in names that read files, evaluate text, or reach objects by a name built at run time
+# (not harmless ones a program may well use as its own names, such as `input`).
 BANNED_NAMES = frozenset({
-    "__import__", "eval", "exec", "compile", "open", "input", "breakpoint", "globals",
-    "locals", "vars", "getattr", "setattr", "delattr", "memoryview", "help", "exit", "quit",
-    "__builtins__", "__loader__", "__spec__",
+    "__import__", "eval", "exec", "compile", "open", "breakpoint", "globals", "locals",
+    "vars", "getattr", "setattr", "delattr", "__builtins__", "__loader__", "__spec__",
 })
 # Attributes that lead from any object to the interpreter's internals (classes, frames, code).
 BANNED_ATTRIBUTES = frozenset({

@@ -118,7 +118,7 @@ def test_the_filter_names_what_it_forbids(program: str, why: str) -> None:
 
 def test_the_filter_passes_ordinary_programs() -> None:
     program = ("import collections, itertools, functools, math, re, string, heapq\n"
-               "def f(x):\n    return sorted(collections.Counter(re.findall(r'\\w', x)))\n")
+               "def f(input):\n    return sorted(collections.Counter(re.findall(r'\\w', input)))\n")
     assert screen(program) is None
     assert run_python(program, "f", "b a b").value == "['a', 'b']"
 
