@@ -72,6 +72,7 @@ def _visible_paths() -> tuple[list[Path], list[Path]]:
 
 
 def _under(path: Path, folders: list[Path]) -> bool:
+    """Whether `path` is one of `folders` or inside one."""
     return any(path == f or f in path.parents for f in folders)
 
 

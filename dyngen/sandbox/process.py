@@ -217,5 +217,6 @@ class SandboxProcess:
 
 
 def _kill(pid: int) -> None:
+    """SIGKILL `pid` (a negative pid: its process group) if it is still there."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)

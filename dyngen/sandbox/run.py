@@ -18,6 +18,7 @@ MAX_PROGRAM_CHARS = 100_000
 
 def _check_call(program: str, function: str, timeout_seconds: float, memory_mb: int,
                 isolation: str) -> None:
+    """Raise SandboxInputError, saying what was expected, for a call that cannot run."""
     if not isinstance(program, str) or len(program) > MAX_PROGRAM_CHARS:
         raise SandboxInputError(f"program: expected a str of at most {MAX_PROGRAM_CHARS} "
                                 f"characters; found {type(program).__name__} of "

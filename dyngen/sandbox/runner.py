@@ -23,6 +23,7 @@ def _literal(text: str) -> object:
 
 
 def _value(node: object) -> object:
+    """The value a literal's syntax node stands for; ValueError for anything else."""
     kind = type(node)
     if kind is _ast.Constant:
         return node.value
@@ -71,6 +72,7 @@ def _report(fd: int, main_pid: int, result: dict) -> None:
 
 
 def _failure(reason: str, error: BaseException) -> dict:
+    """A result for a run that raised `error`."""
     try:
         text = f"{type(error).__name__}: {error}"
     except BaseException:  # the program's exception may not even print

@@ -39,6 +39,7 @@ def same_value(a: str, b: str) -> bool:
 
 
 def _equal(a: Any, b: Any) -> bool:
+    """Values equal as labels: bools apart from numbers, lists apart from tuples."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, (int, float, complex)) and isinstance(b, (int, float, complex)):

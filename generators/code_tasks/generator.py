@@ -159,6 +159,7 @@ class CodeTaskProposer(AbstractDataGenerator):
 
     @staticmethod
     def _row(seed: Seed, check: Checked, task: str, index: int, model: str) -> dict[str, Any]:
+        """The row of one kept program as a `task` (deduction or abduction) task."""
         cand, output = check.candidate, check.output or ""
         question = (deduction_prompt(cand.program, cand.function, cand.argument)
                     if task == DEDUCTION else

@@ -41,6 +41,7 @@ _INPUT = re.compile(r"^[ \t]*Input:[ \t]*(?P<arg>.+?)[ \t]*$", re.M | re.I)
 
 
 def _shown(program: str, argument: str) -> str:
+    """A program and its input as the examples show them."""
     return f"```python\n{program}\n```\nInput: {argument}"
 
 
