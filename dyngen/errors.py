@@ -130,3 +130,15 @@ class RolloutsError(TriggerError):
 
 class FilterError(DyngenError, TypeError):
     """A row filter broke its contract: not one verdict per row, or a verdict of the wrong kind."""
+
+
+class SandboxError(DyngenError):
+    """Base class for errors of the sandbox that runs model-written code."""
+
+
+class SandboxUnavailableError(SandboxError, RuntimeError):
+    """The isolated sandbox (bubblewrap) cannot run on this machine."""
+
+
+class SandboxInputError(SandboxError, ValueError):
+    """What was handed to the sandbox cannot cross its boundary as data."""

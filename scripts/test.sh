@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up .venv (and Chromium and PostgreSQL for the UI and database tests), build the
-# documentation site strictly, and run the whole test suite (CI runs this).
+# Set up .venv (and Chromium, PostgreSQL and bubblewrap for the UI, database and sandbox
+# tests), build the documentation site strictly, and run the whole test suite (CI runs this).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,6 +10,9 @@ if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null;
 fi
 if ! command -v postgres >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
     missing+=(postgresql)  # tests/e2e/test_postgres.py
+fi
+if ! command -v bwrap >/dev/null; then
+    missing+=(bubblewrap)  # tests/sandbox, generators.code_tasks
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then

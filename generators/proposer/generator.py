@@ -50,11 +50,11 @@ from generators.proposer.sampling import propose
 from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
 from generators.proposer.text import normalise
 from generators.proposer.verifying import verify
+from generators.schema import rows_as_dataset
 
 logger = logging.getLogger(__name__)
 
 SOURCE = "dyngen-proposer"
-_ROW_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 # The proposer's fields in each row's extra_info, and their types where the dataset has none.
 PROVENANCE_FEATURES = {"seed_index": datasets.Value("int64"),
                        "seed_score": datasets.Value("float64"),
@@ -178,19 +178,7 @@ class ProposerGenerator(AbstractDataGenerator):
     def _to_dataset(self, new: list[dict[str, Any]], rows: datasets.Dataset,
                     cfg: dict[str, Any]) -> datasets.Dataset:
         """The rows as a Dataset; with fit_schema, in the dataset's columns plus provenance."""
-        feats = rows.features
-        extra = feats.get("extra_info")
-        if not cfg["fit_schema"] or not isinstance(extra, dict):
-            columns = list(new[0]) if new else [*_ROW_COLUMNS]
-            return datasets.Dataset.from_dict({c: [r[c] for r in new] for c in columns})
-        # A provenance field the dataset declares keeps its declared type.
-        extra = {**extra, **{f: t for f, t in PROVENANCE_FEATURES.items() if f not in extra}}
-        columns = [c for c in feats if not c.startswith("_dyngen_")]
-        shaped = {c: [{f: r["extra_info"].get(f) for f in extra} if c == "extra_info"
-                      else r.get(c) for r in new] for c in columns}
-        # from_dict, not from_list: an empty round must still have the dataset's columns.
-        return datasets.Dataset.from_dict(shaped, features=datasets.Features(
-            {c: extra if c == "extra_info" else feats[c] for c in columns}))
+        return rows_as_dataset(new, rows, PROVENANCE_FEATURES, bool(cfg["fit_schema"]))
 
 
 def _policy(prop: Proposal, cfg: dict[str, Any]) -> str | None:

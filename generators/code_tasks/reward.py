@@ -1,0 +1,111 @@
+"""The reward for code tasks, for verl and for TRL: the model's final answer against the label.
+
+The answer is what follows the completion's last `Answer:` to the end of its line (else
+its last `\\boxed{...}`), read as a Python literal. A deduction answer scores 1.0 when it
+is the label by value (`[1, 2]` is `[1,2]`, a dict in any order; `True` is not `1`, a list
+not a tuple); an abduction answer scores 1.0 when it is the task's own input or when the
+program, run on it in the sandbox, returns the label. Anything else, unreadable answers
+included, scores 0.0.
+
+verl (0.9.1): reward.custom_reward_function.path=pkg://generators.code_tasks.reward
+              reward.custom_reward_function.name=compute_score
+TRL:          GRPOTrainer(reward_funcs=[code_task_reward], ...) on rows in verl's schema
+              (their reward_model and extra_info columns arrive as keyword arguments).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dyngen.errors import ConfigError
+from generators.code_tasks.tasks import ABDUCTION, literal
+
+_ANSWER = re.compile(r"\banswer[ \t*_]*:[ \t*_]*(?P<a>.*?)[ \t]*$", re.I | re.M)
+_BOXED = re.compile(r"\\boxed\{(?P<a>.*)\}")
+
+
+def final_answer(text: str) -> str | None:
+    """The text of the completion's final answer, or None if it gives none."""
+    found = list(_ANSWER.finditer(text))
+    if found:
+        answer = found[-1]["a"]
+    else:
+        boxed = list(_BOXED.finditer(text))
+        if not boxed:
+            return None
+        answer = boxed[-1]["a"]
+    answer = answer.strip()
+    if answer.endswith(".") and not literal(answer)[0]:  # a sentence's full stop
+        answer = answer[:-1]
+    return answer.strip().strip("`").strip()
+
+
+def score(solution: str, ground_truth: str, extra_info: Mapping[str, Any] | None = None,
+          sandbox: str = "bwrap", timeout_seconds: float = 5.0) -> float:
+    """1.0 if the completion's final answer solves the task, else 0.0."""
+    from dyngen.sandbox import run_python, same_value
+
+    answer = final_answer(solution or "")
+    if answer is None:
+        return 0.0
+    readable, value = literal(answer)
+    if not readable:
+        return 0.0
+    info = dict(extra_info or {})
+    if info.get("task") != ABDUCTION:
+        return 1.0 if same_value(answer, str(ground_truth)) else 0.0
+    if info.get("input") is not None and same_value(answer, str(info["input"])):
+        return 1.0
+    if not info.get("program") or not info.get("function"):
+        raise ConfigError("an abduction task's extra_info must hold its program and function "
+                          f"to check an answer by running it; found keys {sorted(info)}.")
+    result = run_python(str(info["program"]), str(info["function"]), value,
+                        isolation=sandbox, timeout_seconds=timeout_seconds)
+    return 1.0 if result.ok and same_value(result.value or "", str(ground_truth)) else 0.0
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str,
+                  extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> float:
+    """verl's custom reward function: called with keywords by verl's reward managers.
+
+    `reward.custom_reward_function.reward_kwargs` may set `sandbox` (bwrap / unisolated)
+    and `timeout_seconds` for abduction answers.
+    """
+    return score(solution_str, ground_truth, extra_info,
+                 sandbox=str(kwargs.get("sandbox", "bwrap")),
+                 timeout_seconds=float(kwargs.get("timeout_seconds", 5.0)))
+
+
+def _text(completion: Any) -> str:
+    """A TRL completion's text: a string, or a conversation's last message's content."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
+        return str(completion[-1].get("content") or "")
+    return ""
+
+
+def code_task_reward(prompts: Sequence[Any], completions: Sequence[Any],
+                     reward_model: Sequence[Mapping[str, Any]] | None = None,
+                     extra_info: Sequence[Mapping[str, Any] | None] | None = None,
+                     ground_truth: Sequence[str] | None = None, *, sandbox: str = "bwrap",
+                     timeout_seconds: float = 5.0, **kwargs: Any) -> list[float]:
+    """TRL's reward function: one score per completion, from the rows' own columns.
+
+    The label is each row's `reward_model["ground_truth"]` (verl's schema) or its
+    `ground_truth` column. `sandbox` and `timeout_seconds` apply to abduction answers (wrap
+    the function to change them: TRL names a reward by its function's __name__).
+    """
+    if ground_truth is None and reward_model is None:
+        given = sorted([*kwargs, *(["extra_info"] if extra_info is not None else [])])
+        raise ConfigError(
+            "code_task_reward: expected the dataset's reward_model column (verl's schema) or a "
+            f"ground_truth column among the keyword arguments; found {given}. Train "
+            "on rows CodeTaskProposer wrote, or add a ground_truth column.")
+    truths = list(ground_truth) if ground_truth is not None else [
+        str((r or {}).get("ground_truth", "")) for r in reward_model or []]
+    infos = list(extra_info) if extra_info is not None else [None] * len(completions)
+    return [score(_text(c), t, i, sandbox=sandbox, timeout_seconds=timeout_seconds)
+            for c, t, i in zip(completions, truths, infos, strict=True)]
