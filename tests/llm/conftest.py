@@ -16,7 +16,7 @@ from tests.llm.support import KEY, KEY_ENV
 
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """4 slots of 1024 tokens each, 2 threads; stopped by PID at the end of the session."""
+    """4 slots of 1024 tokens each, one thread; stopped by PID at the end of the session."""
     server = LlamaServer(tmp_path_factory.mktemp("llama"), parallel=4, ctx=4096, key=KEY)
     server.start()
     try:

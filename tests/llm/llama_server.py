@@ -27,7 +27,7 @@ KEY_ENV = "DYNGEN_LLAMA_KEY"
 class LlamaServer(OwnedProcess):
     """A llama.cpp server we started: its URL, its log, stopped by PID."""
 
-    def __init__(self, folder: Path, parallel: int = 4, ctx: int = 2048, threads: int = 2,
+    def __init__(self, folder: Path, parallel: int = 4, ctx: int = 2048, threads: int = 1,
                  key: str | None = None, port: int | None = None) -> None:
         super().__init__()
         self.port = port or free_port()
@@ -76,7 +76,8 @@ def main() -> None:
     ap.add_argument("port", type=int)
     ap.add_argument("--parallel", type=int, default=4, help="slots (requests decoded at once)")
     ap.add_argument("--ctx", type=int, default=2048, help="context of all slots together")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="1: two threads on busy cores "
+                    "wait on each other at every step, many times slower")
     args = ap.parse_args()
     folder, gguf = model_location({})
     params = xllamacpp.CommonParams()
