@@ -35,7 +35,14 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from dyngen.errors import ConfigError, MissingDependencyError, ModelError, ModelUnavailableError
-from dyngen.llm.base import ChatModel, ChatRequest, ChatResult, ModelUsage, seed_int
+from dyngen.llm.base import (
+    MODEL_DEFAULTS,
+    ChatModel,
+    ChatRequest,
+    ChatResult,
+    ModelUsage,
+    seed_int,
+)
 
 INSTALL_HINT = "pip install 'dyngen[served]'"
 # Unset request_timeout_seconds: a base for queueing and the prompt, plus a generous time per
@@ -120,6 +127,7 @@ class ServedChatModel(ChatModel):
     backend = "served"
 
     def __init__(self, cfg: dict[str, Any]) -> None:
+        cfg = {**MODEL_DEFAULTS, **cfg}  # a partial dict (not through chat_model) works too
         self.cfg = cfg
         self.url = base_url(cfg.get("endpoint"))
         self.concurrency = _whole(cfg, "max_concurrency", 1)
@@ -221,8 +229,10 @@ class ServedChatModel(ChatModel):
             raise self._status_error(exc) from None
         if not self.name:
             if not ids:
+                hint = ("" if self.url.endswith("/v1") else " Is the base URL right? An "
+                        "OpenAI-compatible one usually ends in /v1.")
                 raise ModelError(f"the model endpoint {self.url} lists no model (GET /models); "
-                                 "set data.datagen.model_name to the model to ask.")
+                                 f"set data.datagen.model_name to the model to ask.{hint}")
             self.name = self.usage.model = str(ids[0])
         self._ready = True
 
@@ -341,10 +351,11 @@ class ServedChatModel(ChatModel):
 
 def _whole(cfg: dict[str, Any], key: str, least: int) -> int:
     value = cfg.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < least:
         raise ConfigError(f"data.datagen.{key}: expected a whole number >= {least}; "
                           f"found {value!r}.")
-    return value
+    return int(value)
 
 
 def _sample_seed(seed: int | None, j: Any) -> int | None:

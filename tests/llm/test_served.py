@@ -140,7 +140,9 @@ def test_no_more_than_max_concurrency_requests_are_in_flight() -> None:
 
 
 def test_n_goes_in_one_request_where_the_server_counts_every_choice() -> None:
-    with scripted_server() as (url, script), chat_model({"endpoint": url}) as model:
+    from dyngen.llm.served import ServedChatModel
+
+    with scripted_server() as (url, script), ServedChatModel({"endpoint": url}) as model:
         result, = model.complete([ChatRequest(STORY, n=4, seed=5)])
         assert model.n_in_one_request is True
     assert result.texts == tuple(f"answer {i}" for i in range(4))
@@ -163,3 +165,11 @@ def test_complete_works_from_inside_a_running_event_loop(llama: LlamaServer) -> 
 
     result, = asyncio.run(in_a_task())
     assert result.ok
+
+
+def test_a_served_solver_beside_an_in_process_proposer() -> None:
+    with scripted_server() as (url, script), chat_model(
+            {"solver_endpoint": url, "solver_api_key_env": KEY_ENV}, "solver") as solver:
+        result, = solver.complete([ChatRequest(STORY)])
+    assert solver.backend == "served" and solver.name == "scripted" and result.ok
+    assert script.headers[-1]["authorization"] == f"Bearer {KEY}"
