@@ -132,11 +132,7 @@ class ServedChatModel(ChatModel):
         self.url = base_url(cfg.get("endpoint"))
         self.concurrency = _whole(cfg, "max_concurrency", 1)
         self.max_retries = _whole(cfg, "max_retries", 0)
-        timeout = cfg.get("request_timeout_seconds")
-        if timeout is not None and not float(timeout) > 0:
-            raise ConfigError("data.datagen.request_timeout_seconds: expected a number of "
-                              f"seconds > 0 (or null: sized to max_tokens); found {timeout!r}.")
-        self.timeout = float(timeout) if timeout is not None else None
+        self.timeout = _seconds(cfg.get("request_timeout_seconds"))
         self.key_env = cfg.get("api_key_env") or None
         key = api_key(self.key_env)
         self._openai = _import_openai()
@@ -356,6 +352,20 @@ def _whole(cfg: dict[str, Any], key: str, least: int) -> int:
         raise ConfigError(f"data.datagen.{key}: expected a whole number >= {least}; "
                           f"found {value!r}.")
     return int(value)
+
+
+def _seconds(value: Any) -> float | None:
+    """request_timeout_seconds: a number > 0, or None (sized to each request's max_tokens)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if isinstance(value, bool) or not seconds > 0:
+        raise ConfigError("data.datagen.request_timeout_seconds: expected a number of seconds "
+                          f"> 0 (or null: sized to max_tokens); found {value!r}.")
+    return seconds
 
 
 def _sample_seed(seed: int | None, j: Any) -> int | None:

@@ -91,6 +91,7 @@ def test_an_unreachable_endpoint_fails_the_check_at_once_naming_the_url() -> Non
     ({"endpoint": "http://h/v1", "api_key_env": "DYNGEN_NO_SUCH_VAR"}, "is not set"),
     ({"endpoint": "http://h/v1", "max_concurrency": 0}, "max_concurrency"),
     ({"endpoint": "http://h/v1", "request_timeout_seconds": -1}, "request_timeout_seconds"),
+    ({"endpoint": "http://h/v1", "request_timeout_seconds": "soon"}, "request_timeout_seconds"),
 ])
 def test_bad_settings_are_refused_without_echoing_a_secret(cfg: dict, expected: str) -> None:
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")) \
