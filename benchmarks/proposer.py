@@ -92,6 +92,7 @@ def run_round(store: Any, cfg: Any, step: int) -> tuple[int, float, dict[str, An
 def label_precision(show: bool = False) -> None:
     """Each policy's kept fixture tasks: how many, per seed, and the share labelled correct."""
     from benchmarks.proposer_fixture import LABELS, fixture_config, replay, seeds
+    from dyngen.llm import chat_model
     from generators.proposer.verifying import verify
 
     cfg = fixture_config()
@@ -106,8 +107,10 @@ def label_precision(show: bool = False) -> None:
             tasks.append({**e, "method": prop.method})  # as the parser classifies it today
     constructed = ("renumbered", "arithmetic")  # verified by construction
     written = [e for e in tasks if e["method"] not in constructed]
-    verdicts, _, secs = verify([e["question"] for e in written], [e["truth"] for e in written],
-                               cfg, ("fixture",))
+    started = time.perf_counter()
+    verdicts, _ = verify(chat_model(cfg, "solver"), [e["question"] for e in written],
+                         [e["truth"] for e in written], cfg, ("fixture",))
+    secs = time.perf_counter() - started
     verified = {id(e) for e, v in zip(written, verdicts, strict=True) if v.verified}
     if show:  # each model-written task the solver voted on, with its label
         for e, v in zip(written, verdicts, strict=True):

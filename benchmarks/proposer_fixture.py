@@ -39,9 +39,11 @@ def fixture_config() -> dict[str, Any]:
 
 def seeds() -> list[Any]:
     """The fixture's seeds: every task of proposer_seeds.jsonl, in file order."""
+    from dyngen.rollouts import RolloutsPolicy
     from generators.proposer import seeds_from_rollouts
 
-    return sorted(seeds_from_rollouts(SEEDS, 10**6), key=lambda s: s.index)
+    rollouts = RolloutsPolicy((str(DATA),)).read(str(SEEDS))
+    return sorted(seeds_from_rollouts(rollouts, 10**6), key=lambda s: s.index)
 
 
 def replay(entry: dict[str, Any], seed: Any, cfg: dict[str, Any]) -> Any:

@@ -128,6 +128,14 @@ class RolloutsError(TriggerError):
     """A trigger's rollouts file is out of bounds (place, kind, size) or not rollouts JSONL."""
 
 
+class ModelError(DyngenError):
+    """A chat model refused the round's requests for good (bad key, unknown model, bad requests)."""
+
+
+class ModelUnavailableError(ModelError):
+    """A served chat model was unreachable, or down, timing out or overloaded: a retry may pass."""
+
+
 class FilterError(DyngenError, TypeError):
     """A row filter broke its contract: not one verdict per row, or a verdict of the wrong kind."""
 

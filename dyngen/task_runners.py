@@ -34,21 +34,49 @@ def build_task_runner(cfg: DictConfig, partitions: int) -> TaskRunner:
 
 @contextmanager
 def partition_resources(cfg: DictConfig) -> Iterator[None]:
-    """Ray remote options (num_gpus, resources, ...) for each partition submitted inside.
+    """Ray remote options (num_gpus, resources, ...) for each partition submitted inside, and
+    the round's own Prefect API for them to report to.
 
     Enter it after the runner, once Ray is up: a request no live node can meet would
     leave the partition pending forever, so it is refused here instead.
     """
-    options = _plain(cfg.remote_options) if cfg.kind == "ray" else {}
-    if not options:
+    if cfg.kind != "ray":
         yield
         return
     import ray
+    from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect_ray.context import remote_options
 
-    _check_feasible(options, [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")])
-    with remote_options(**options):
+    options = _plain(cfg.remote_options)
+    if options:
+        _check_feasible(options, [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")])
+    url = _prefect_api_url()
+    if url is None:
+        with remote_options(**options):
+            yield
+        return
+    # A round without PREFECT_API_URL (`dyngen round`, a trainer's inline round) uses the
+    # temporary server it started; a Ray worker knows nothing of it and would start one of
+    # its own (and record the partition's task run there). The task's Prefect context
+    # carries the URL (and PREFECT_API_AUTH_STRING, kept out of Ray's runtime environment,
+    # which Ray's dashboard shows), and the worker's environment too, for threads the
+    # generator starts outside that context.
+    runtime_env = dict(options.get("runtime_env") or {})
+    runtime_env["env_vars"] = {"PREFECT_API_URL": url, **(runtime_env.get("env_vars") or {})}
+    with temporary_settings(updates={PREFECT_API_URL: url}), \
+            remote_options(**{**options, "runtime_env": runtime_env}):
         yield
+
+
+def _prefect_api_url() -> str | None:
+    """The Prefect API this process reports to: PREFECT_API_URL, else its temporary server."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return str(PREFECT_API_URL.value())
+    server = SubprocessASGIServer()  # the process's one temporary server, if it started
+    return server.api_url if server.running else None
 
 
 def _check_feasible(options: dict[str, Any], nodes: list[dict[str, float]]) -> None:

@@ -13,7 +13,7 @@ from prefect.client.schemas.objects import TaskRun
 from prefect.states import State
 from prefect.tasks import exponential_backoff
 
-from dyngen.errors import CommitConflictError, DyngenError
+from dyngen.errors import CommitConflictError, DyngenError, ModelUnavailableError
 from dyngen.round import (
     RoundContext,
     call_generator,
@@ -47,12 +47,14 @@ def generate_rows(datagen: DictConfig, dataset: datasets.Dataset | None, context
 def can_pass(task: Task, task_run: TaskRun, state: State) -> bool:
     """Whether a failed generate run is worth retrying: not for an error that cannot pass.
 
-    dyngen's own errors (config, trigger, rollouts, generator output, store damage) fail the
-    same way every time, bar a commit conflict; a generator's own exception or a timeout
-    may not.
+    dyngen's own errors (config, trigger, rollouts, generator output, store damage, a model
+    that refuses the requests) fail the same way every time, bar a commit conflict and a
+    served model that was unreachable, down or overloaded; a generator's own exception or a
+    timeout may not.
     """
     exc = state.result(raise_on_failure=False)
-    return not isinstance(exc, DyngenError) or isinstance(exc, CommitConflictError)
+    return not isinstance(exc, DyngenError) or isinstance(
+        exc, CommitConflictError | ModelUnavailableError)
 
 
 def configured(cfg: DictConfig) -> Task:

@@ -46,3 +46,10 @@ def test_the_base_package_installs_no_torch() -> None:
 
 def test_the_llm_extra_is_where_torch_comes_from() -> None:
     assert "torch" in installs("dyngen", "llm")  # the walk does find torch where it is
+
+
+def test_the_served_extra_is_the_openai_client_and_no_torch() -> None:
+    closure = installs("dyngen", "served")
+    assert "openai" in closure
+    assert not HEAVY & closure
+    assert not any(name.startswith("nvidia-") for name in closure)

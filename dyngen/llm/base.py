@@ -66,13 +66,15 @@ class ModelUsage:
     backend: str
     model: str
     endpoint: str | None = None  # scheme://host:port of a served model
-    requests: int = 0
+    requests: int = 0  # chat requests asked (each of n samples)
     retries: int = 0
     failures: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wait_seconds: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)  # failures by kind
+    # HTTP requests a served model sent, retries and one-sample splits of n included.
+    http_requests: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-safe copy."""
@@ -99,6 +101,12 @@ class ChatModel(ABC):
     def close(self) -> None:
         """Release what the model holds (connections); it may not be used afterwards."""
         return None
+
+    def __enter__(self) -> ChatModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def seed_int(*parts: Any) -> int:

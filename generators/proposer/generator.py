@@ -6,9 +6,13 @@ is verified: `renumbered` (renumbering.py) and `arithmetic` by construction — 
 `computed` and `model`, when listed in `methods`, by the solver's self-consistency
 (verifying.py), all of a pass's tasks in one batched call. With the default 135M solver
 that check passes many wrong labels (benchmarks/proposer.py measures it), so they are not
-kept by default. It
-repeats, up to max_passes, until min_rows are kept. `self.stats` counts, per method, the
-proposals, the kept and the dropped by reason; the round saves it in the version's lineage.
+kept by default. It repeats, up to max_passes, until min_rows are kept. In a round of P
+partitions (`round.partitions`), each partition takes every P-th seed and min_rows / P
+(rounded up), and asks the model itself (a served endpoint sees P clients). `self.stats`
+counts, per method, the proposals, the kept and the dropped by reason (`model_error`: the
+model never answered, after its retries; under the method `none` for a seed's whole
+request), and each model's usage (`model`, `solver`: dyngen.llm.ModelUsage); the round
+saves it in the version's lineage.
 
 Config (data.datagen): the model's keys (dyngen.llm: endpoint, model_name, api_key_env, ...
 for a served model; model_path, gguf_file, cache_dir, batch_size, num_threads in-process);
@@ -100,11 +104,28 @@ class ProposerGenerator(AbstractDataGenerator):
         k = int(cfg["hard_k"])
         seeds = (seeds_from_rollouts(rollouts, k) if rollouts
                  else seeds_from_dataset(rows, k, int(cfg["seed_window"])))
-        model = chat_model(cfg) if seeds else None
-        name = model.name if model is not None else ""
-        solver: ChatModel | None = None
+        if context is not None and context.partitions > 1:  # each partition every P-th seed
+            seeds = seeds[context.partition::context.partitions]
+        models: dict[str, ChatModel] = {}
+        try:
+            return self._generate(cfg, rows, seeds, context, models)
+        finally:  # a served model's connections and thread end with the round
+            for m in models.values():
+                m.close()
+
+    def _generate(self, cfg: dict[str, Any], rows: datasets.Dataset, seeds: list[Seed],
+                  context: RoundContext | None, models: dict[str, ChatModel]
+                  ) -> datasets.Dataset:
+        """Sample, parse, verify and keep, pass after pass, from the seeds of this round."""
+        k = int(cfg["hard_k"])
+        if seeds:
+            models["model"] = model = chat_model(cfg)
+            model.check()  # an endpoint that cannot answer fails the round before any work
+        name = models["model"].name if seeds else ""
         round_no = getattr(context, "round", 0)
         min_rows = int(cfg["min_rows"] if cfg["min_rows"] is not None else k)
+        shares = context.partitions if context is not None else 1
+        min_rows = -(-min_rows // shares)  # a partition's share, rounded up
         seen = {normalise(s.question) for s in seeds}
         counts: dict[str, Counter[str]] = {}
         new: list[dict[str, Any]] = []
@@ -112,7 +133,7 @@ class ProposerGenerator(AbstractDataGenerator):
                           "verify_tokens": 0, "verify_seconds": 0.0})
         passes = 0
         for p in range(int(cfg["max_passes"]) if seeds else 0):
-            assert model is not None
+            model = models["model"]
             t0 = time.perf_counter()
             results = propose(model, seeds, cfg, (cfg["seed"], round_no, p))
             timing.update(generated_tokens=sum(r.completion_tokens for r in results),
@@ -120,7 +141,7 @@ class ProposerGenerator(AbstractDataGenerator):
             passes += 1
             to_verify: list[tuple[Seed, Proposal]] = []
             for seed, result in zip(seeds, results, strict=True):
-                if not result.ok:
+                if not result.ok:  # the seed's proposals never came: counted, not guessed
                     counts.setdefault("none", Counter()).update(
                         proposed=int(cfg["proposals_per_seed"]),
                         dropped_model_error=int(cfg["proposals_per_seed"]))
@@ -139,15 +160,19 @@ class ProposerGenerator(AbstractDataGenerator):
                         continue
                     tally["kept"] += 1
                     new.append(self._row(seed, prop, how, None, len(rows) + len(new), name))
-            if to_verify and solver is None:
-                solver = chat_model(cfg, "solver")
+            if to_verify and "solver" not in models:
+                models["solver"] = chat_model(cfg, "solver")
+                models["solver"].check()
             t0 = time.perf_counter()
-            verdicts, replies = verify(solver, [t.question or "" for _, t in to_verify],
+            verdicts, replies = verify(models["solver"], [t.question or "" for _, t in to_verify],
                                        [t.truth or "" for _, t in to_verify], cfg,
                                        (cfg["seed"], round_no, p)) if to_verify else ([], [])
             timing.update(verify_tokens=sum(r.completion_tokens for r in replies),
                           verify_seconds=time.perf_counter() - t0 if to_verify else 0.0)
-            for (seed, prop), verdict in zip(to_verify, verdicts, strict=True):
+            for (seed, prop), verdict, reply in zip(to_verify, verdicts, replies, strict=True):
+                if not reply.ok:  # the solver never answered: not a verdict on the task
+                    counts[prop.method]["dropped_model_error"] += 1
+                    continue
                 counts[prop.method]["kept" if verdict.verified else "dropped_not_verified"] += 1
                 if verdict.verified:
                     new.append(self._row(seed, prop, SELF_CONSISTENCY, verdict.agreement,
@@ -155,10 +180,8 @@ class ProposerGenerator(AbstractDataGenerator):
             if len(new) >= min_rows:
                 break
         self.stats = _stats(counts, len(seeds), passes, len(new), timing)
-        if model is not None:
-            self.stats["model"] = model.usage.as_dict()
-        if solver is not None:
-            self.stats["solver"] = solver.usage.as_dict()
+        for role, m in models.items():
+            self.stats[role] = m.usage.as_dict()
         logger.info("ProposerGenerator: %s", self.stats)
         return self._to_dataset(new, rows, cfg)
 

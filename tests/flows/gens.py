@@ -139,7 +139,8 @@ class AddsProvenance(AbstractDataGenerator):
 class Partitioned(AbstractDataGenerator):
     """`n` rows for its partition, numbered by it; each call leaves a file in `calls`
     (partition, process, start and end time). Partition `fail` raises on its first call,
-    or on every call with `fail_always`; `sleep` seconds stand in for a slow model."""
+    or on every call with `fail_always`; `sleep` seconds stand in for a slow model. Its
+    stats say which Prefect API its process reports to, and any Prefect server it runs."""
 
     def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
         import os
@@ -156,6 +157,7 @@ class Partitioned(AbstractDataGenerator):
             raise ConnectionError(f"partition {part}: inference server not ready (simulated)")
         n = int(self.config.get("n", 2))
         self.state = {"partition": part, "seen": (context.previous_state or {}).get("seen", 0) + 1}
+        self.stats = {"prefect_api_url": _api_url(), "servers": _prefect_servers()}
         return datasets.Dataset.from_list(
             [verl_row(1000 + 100 * part + i, source=f"part-{part}-of-{count}") for i in range(n)])
 
@@ -188,3 +190,20 @@ class MapsLate(AbstractDataGenerator):
             time.sleep(float(self.config.delay))
             dataset.map(lambda row: {"n": len(row["data_source"])})
         return datasets.Dataset.from_list([verl_row(900 + context.partition, source="late")])
+
+
+def _api_url() -> str | None:
+    """The Prefect API this process's clients use."""
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value()
+
+
+def _prefect_servers() -> list[str]:
+    """Command lines of the Prefect servers this process started (its uvicorn children)."""
+    import os
+
+    import psutil
+
+    return [" ".join(c.cmdline()) for c in psutil.Process(os.getpid()).children(recursive=True)
+            if "uvicorn" in " ".join(c.cmdline())]

@@ -6,6 +6,7 @@ runner finds it running and uses it (as a round does on a cluster it joins by ad
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -137,3 +138,45 @@ def test_a_round_in_another_process_joins_the_running_ray_by_address(
     assert store.head("ds").lineage["partitions"]["task_runner"] == "ray"
     # The round left the cluster it joined running: this driver still uses it.
     assert ray.is_initialized() and ray.get(ray.put(7)) == 7
+
+
+_NO_API_URL_ROUND = r"""
+import json, sys
+from pathlib import Path
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from dyngen.store import Store
+from flows.in_process import run_round
+from tests.flows.test_partitions import partitioned_config
+root, folder, address = sys.argv[1:]
+cfg = partitioned_config(Store(root), Path(folder), 2)
+cfg["round"]["task_runner"] = {"kind": "ray", "address": address}
+summary = run_round("ds", cfg, {"step": 1})
+lineage = Store(root).head("ds").lineage
+with get_client(sync_client=True) as client:  # the round's own temporary server
+    runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+        id=FlowRunFilterId(any_=[lineage["flow_run_id"]])))
+    url = client.api_url
+print(json.dumps([str(url), sorted(r.name for r in runs if r.name.startswith("generate")),
+                  lineage["generator"]["partition_stats"]]))
+"""
+
+
+def test_a_round_without_prefect_api_url_has_its_ray_partitions_report_to_its_own_server(
+        store: Store, tmp_path: Path) -> None:
+    import ray
+
+    # The round starts a temporary server; its partitions, on the module's Ray, must report
+    # to it, not each start one of their own (a uvicorn child of the Ray worker).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect-home"))
+    address = ray.get_runtime_context().gcs_address
+    proc = subprocess.run([sys.executable, "-c", _NO_API_URL_ROUND, str(store.root),
+                           str(tmp_path), address], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    url, names, stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert names == ["generate-0-of-2", "generate-1-of-2"]
+    assert [s["servers"] for s in stats] == [[], []], "partitions started Prefect servers"
+    assert [s["prefect_api_url"] for s in stats] == [url.rstrip("/")] * 2
+    assert sorted(calls_of(tmp_path)) == [(0, 0), (1, 0)]
