@@ -136,7 +136,7 @@ def _cli_export(store: object, dest: Path) -> float:
 
 def bench_query(tmp: Path, rows: int, repeat: int) -> None:
     from dyngen.store import Store
-    from dyngen.verl_format import export_version
+    from dyngen.trainers.verl_format import export_version
 
     store = Store(tmp / "qstore")
     per = rows // 100

@@ -39,7 +39,7 @@ def fixture_config() -> dict[str, Any]:
 
 def seeds() -> list[Any]:
     """The fixture's seeds: every task of proposer_seeds.jsonl, in file order."""
-    from dyngen.rollouts import RolloutsPolicy
+    from dyngen.round.rollouts import RolloutsPolicy
     from generators.proposer import seeds_from_rollouts
 
     rollouts = RolloutsPolicy((str(DATA),)).read(str(SEEDS))

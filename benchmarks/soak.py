@@ -26,9 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dyngen.events import emit_batch_end, trigger_name  # noqa: E402
-from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
+from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
 from dyngen.store import Store, gc, verify  # noqa: E402
+from dyngen.trainers.events import emit_batch_end, trigger_name  # noqa: E402
 from generators.arithmetic import arithmetic_task  # noqa: E402
 
 WARM = 20

@@ -47,7 +47,7 @@ print(json.dumps({"seconds": elapsed, "rss_mb": rss_mb() - before, "rows": len(d
 def build(root: Path, rows: int, versions: int) -> Path:
     """Create the dataset as `versions` versions and export its head to one parquet file."""
     from dyngen.store import Store
-    from dyngen.verl_format import export_version
+    from dyngen.trainers.verl_format import export_version
 
     per = rows // versions
     store = Store(root)

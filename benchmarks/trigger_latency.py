@@ -1,6 +1,6 @@
 """Round latency against Prefect's floor, on SQLite and on PostgreSQL, in one run.
 
-For each database: a local Prefect server (dyngen.local_server), `dyngen serve` for one
+For each database: a local Prefect server (dyngen.server.local), `dyngen serve` for one
 dataset, and N rounds of each kind, interleaved so that all see the same conditions:
   empty flow        a flow that does nothing (Prefect's floor)
   same-shape flow   a flow of the round's 7 tasks and 2 artifacts, doing nothing
@@ -32,12 +32,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
+from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
 
 ROUND = ["data.datagen.path=pkg://generators.arithmetic",
          "data.datagen.name=ArithmeticCurriculum"]
 BACKOFF_LINE = "Encountered retryable exception in request"
-# Prefect 3.9's defaults for what dyngen.local_server.SERVER_BATCHING changes.
+# Prefect 3.9's defaults for what dyngen.server.local.SERVER_BATCHING changes.
 PREFECT_BATCHING = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "1",
                     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "5",
                     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_BATCH_SIZE": "20",
@@ -50,8 +50,8 @@ def measure(database: str, events: int, isolation: str, workdir: Path) -> dict:
     os.environ["PREFECT_SERVER_LOG_RETRYABLE_ERRORS"] = "true"
     server = LocalServer(workdir / "prefect", database=database).start()
     os.environ.update(server.env())
-    from dyngen.events import emit_batch_end, trigger_name
     from dyngen.store import Store
+    from dyngen.trainers.events import emit_batch_end, trigger_name
     from generators.arithmetic import arithmetic_task
 
     store = Store(workdir / "store")
@@ -175,7 +175,7 @@ def main() -> None:
     ap.add_argument("--isolation", default="fork", choices=["fork", "process"])
     ap.add_argument("--prefect-batching", action="store_true",
                     help="Run the server with Prefect's own write batching, not dyngen's "
-                         "(dyngen.local_server.SERVER_BATCHING), to compare the two.")
+                         "(dyngen.server.local.SERVER_BATCHING), to compare the two.")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="Keep servers, stores and logs here (default: a temporary folder).")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one database, JSON out

@@ -16,7 +16,7 @@ from typing import Any
 
 import datasets
 
-from dyngen.context import RoundContext
+from dyngen.round.context import RoundContext
 from generators.base import AbstractDataGenerator
 
 TEMPLATES = ["Please solve: {q}", "{q} Think step by step.", "Here is a problem. {q}"]

@@ -22,11 +22,11 @@ from prefect import get_run_logger
 from prefect.runtime import flow_run
 
 from dyngen.config.secrets import refuse_secrets
-from dyngen.context import RoundContext
 from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params
-from dyngen.lineage import log_line, round_lineage
 from dyngen.round import committed_for, compaction_policy, round_inputs
+from dyngen.round.context import RoundContext
+from dyngen.round.lineage import log_line, round_lineage
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import store_settings
 from flows.redaction import deployment_run, redacting_flow

@@ -16,7 +16,7 @@ from typing import Any
 from prefect import tags
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-from dyngen.local_server import ensure_prefect_api
+from dyngen.server.local import ensure_prefect_api
 from flows.generation_round import generation_round
 from flows.round_guard import round_tags
 

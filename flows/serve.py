@@ -27,8 +27,14 @@ from prefect.exceptions import ObjectNotFound
 from dyngen.config import load_config
 from dyngen.config.secrets import refuse_secrets
 from dyngen.errors import ConfigError
-from dyngen.events import DATASET_LABEL, EVENT_NAME, RESOURCE_PREFIX, resource_id, trigger_name
 from dyngen.store.names import validate_name
+from dyngen.trainers.events import (
+    DATASET_LABEL,
+    EVENT_NAME,
+    RESOURCE_PREFIX,
+    resource_id,
+    trigger_name,
+)
 from flows.generation_round import generation_round
 from flows.warm_runner import WarmRunner
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from dyngen.context import RoundContext
+from dyngen.round.context import RoundContext
 from generators.base import AbstractDataGenerator
 
 SOURCE = "dyngen-arithmetic"

@@ -10,8 +10,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import datasets
 from omegaconf import DictConfig, OmegaConf
 
-from dyngen.context import RoundContext
 from dyngen.errors import ConfigError
+from dyngen.round.context import RoundContext
 
 logger = logging.getLogger(__name__)
 

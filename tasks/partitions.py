@@ -14,16 +14,16 @@ from omegaconf import DictConfig
 from prefect.futures import wait
 
 from dyngen.faults import crash_point
-from dyngen.partitions import (
+from dyngen.round import RoundContext
+from dyngen.round.partitions import (
     partition_contexts,
     partitions_lineage,
     union_generator_lineage,
     union_rows,
 )
-from dyngen.round import RoundContext
+from dyngen.round.task_runners import build_task_runner, partition_resources
 from dyngen.rows import RowBatch
 from dyngen.store.location import store_settings
-from dyngen.task_runners import build_task_runner, partition_resources
 from tasks.generate import configured
 
 

@@ -17,10 +17,10 @@ from prefect.client.schemas.filters import (
 )
 
 from dyngen.faults import crash_point
-from dyngen.lineage import history_row, round_markdown
 from dyngen.report.history import history_of
 from dyngen.report.trend import trend_markdown
 from dyngen.round import commit_round
+from dyngen.round.lineage import history_row, round_markdown
 from dyngen.store import PendingCommit, Store, VersionRecord
 from dyngen.store.location import StoreSpec
 

@@ -68,7 +68,7 @@ def no_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
     """Prefect pointed at a port where no server listens, an empty outbox, no outage yet."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    import dyngen.events as events
+    import dyngen.trainers.events as events
 
     monkeypatch.setattr(events, "_server_down", False)
     monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))

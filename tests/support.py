@@ -22,8 +22,8 @@ def server_steps(api_url: str, dataset: str, count: int,
     """Steps of the dataset's batch-end events the server recorded (once `count` are)."""
     import httpx
 
-    from dyngen.events import EVENT_NAME, resource_id
-    from dyngen.server_auth import auth_headers
+    from dyngen.server.auth import auth_headers
+    from dyngen.trainers.events import EVENT_NAME, resource_id
 
     body = {"filter": {"event": {"name": [EVENT_NAME]},
                        "resource": {"id": [resource_id(dataset)]},

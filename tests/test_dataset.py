@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import dyngen.events as events
-from dyngen.dataset import DyngenDataset
+import dyngen.trainers.events as events
 from dyngen.errors import ConfigError, DatasetNotFoundError
-from dyngen.outbox import Outbox
 from dyngen.store import Store
+from dyngen.trainers.dataset import DyngenDataset
+from dyngen.trainers.outbox import Outbox
 from tests.rows import verl_rows
 from tests.support import UNUSED_API
 
@@ -99,7 +99,7 @@ def test_rows_added_since_tells_appends_from_restores(store: Store) -> None:
 def test_emit_with_no_server_returns_quickly_queues_and_warns_once(
         store: Store, no_server: None, caplog: pytest.LogCaptureFixture) -> None:
     ds = DyngenDataset(store.root, "ds")
-    caplog.set_level(logging.DEBUG, logger="dyngen.events")
+    caplog.set_level(logging.DEBUG, logger="dyngen.trainers.events")
     start = time.monotonic()
     results = [ds.on_batch_end(metrics={"score/mean": 0.5}) for _ in range(3)]
     elapsed = time.monotonic() - start
@@ -121,7 +121,7 @@ def test_every_n_batches_and_metrics(store: Store, monkeypatch: pytest.MonkeyPat
         sent.append((dataset, step, metrics))
         return f"evt-{step}"
 
-    monkeypatch.setattr("dyngen.dataset.emit_batch_end", fake_emit)
+    monkeypatch.setattr("dyngen.trainers.dataset.emit_batch_end", fake_emit)
     batches = [{"score": s} for s in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)]
     ds = DyngenDataset(store.root, "ds", every_n_batches=3,
                        metrics_fn=lambda b: {"score/mean": b["score"]})
@@ -138,7 +138,7 @@ def test_every_n_batches_and_metrics(store: Store, monkeypatch: pytest.MonkeyPat
 def test_a_failing_metrics_fn_does_not_stop_training(
         store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     sent: list[object] = []
-    monkeypatch.setattr("dyngen.dataset.emit_batch_end",
+    monkeypatch.setattr("dyngen.trainers.dataset.emit_batch_end",
                         lambda dataset, step, metrics=None, rollouts=None, **_:
                         sent.append(metrics))
 
@@ -153,7 +153,7 @@ def test_a_failing_metrics_fn_does_not_stop_training(
 
 def test_on_batch_end_maps_versions_committed_meanwhile(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dyngen.dataset.emit_batch_end", lambda *a, **k: "evt")
+    monkeypatch.setattr("dyngen.trainers.dataset.emit_batch_end", lambda *a, **k: "evt")
     ds = DyngenDataset(store.root, "ds", every_n_batches=100)
     store.append("ds", verl_rows(1, start=100))  # a round a server ran for an earlier batch
     assert ds.on_batch_end() is None  # no round asked for at batch 1 of every 100 ...

@@ -85,7 +85,7 @@ def gsm8k_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import datasets
 
     from dyngen.store import Store
-    from dyngen.verl_format import import_files
+    from dyngen.trainers.verl_format import import_files
 
     folder = tmp_path_factory.mktemp("docs-gsm8k")
     datasets.Dataset.from_list(verl_rows(8)).to_parquet(str(folder / "train.parquet"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import dyngen.events as events
-from dyngen.local_server import free_port
+import dyngen.trainers.events as events
+from dyngen.server.local import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +21,7 @@ def fresh_outage_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_server_down_returns_quickly_queues_with_one_warning(
         caplog: pytest.LogCaptureFixture) -> None:
     dead = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there
-    caplog.set_level(logging.WARNING, logger="dyngen.events")
+    caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
     import prefect.events  # noqa: F401 - a process's first emit pays this import once
     start = time.monotonic()
     results = [events.send_batch_end("ds", step, {"score": 0.5}, api_url=dead)
@@ -40,7 +40,7 @@ def test_server_down_returns_quickly_queues_with_one_warning(
 def test_no_server_configured_is_a_warning_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    caplog.set_level(logging.WARNING, logger="dyngen.events")
+    caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
     with temporary_settings(updates={PREFECT_API_URL: None}):
         assert events.emit_batch_end("ds", 1) is None
     assert "PREFECT_API_URL is not set" in caplog.text

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import dyngen.events as events
-from dyngen.outbox import Outbox
+import dyngen.trainers.events as events
+from dyngen.trainers.outbox import Outbox
 from tests.support import UNUSED_API, server_steps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_an_unreadable_or_refused_event_does_not_hold_back_the_rest(
     bad.write_text("{not json")
     refused = box._write(live, {"event": "no resource", "payload": {"trigger": {"step": 2}}})
     box._write(live, events.batch_end_event("outbox-bad", events.batch_end_payload(3)))
-    caplog.set_level(logging.WARNING, logger="dyngen.outbox")
+    caplog.set_level(logging.WARNING, logger="dyngen.trainers.outbox")
     result = events.flush_outbox(live)
     assert (result.status, result.pending) == ("sent", 0)
     assert str(bad) in caplog.text and "not an event" in caplog.text

@@ -14,8 +14,8 @@ import pytest
 
 from dyngen.config import load_config
 from dyngen.errors import ConfigError, RolloutsError
-from dyngen.integrations.rollouts import rollouts_dir
-from dyngen.rollouts import RolloutsPolicy, parse_rollouts
+from dyngen.round.rollouts import RolloutsPolicy, parse_rollouts
+from dyngen.trainers.rollouts import rollouts_dir
 
 SECRET = "SECRET_TOKEN=sk-live-5f0c2a9e77d41b3c"
 

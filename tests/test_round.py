@@ -126,7 +126,7 @@ def test_lineage_saves_the_generators_state_and_stats_as_json() -> None:
 
 
 def test_a_partitioned_rounds_lineage_keeps_every_partitions_stats() -> None:
-    from dyngen.partitions import union_generator_lineage
+    from dyngen.round.partitions import union_generator_lineage
 
     parts = [{"class": "G", "state": {"seen": i}, "stats": {"kept": i + 1}} for i in range(3)]
     merged = union_generator_lineage(parts)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dyngen.errors import ConfigError
-from dyngen.local_server import (
+from dyngen.server.local import (
     TEMPORARY_SERVER_TIMEOUT_ENV,
     ensure_prefect_api,
     temporary_server_timeout,
@@ -54,7 +54,7 @@ def test_first_round_on_a_fresh_prefect_home_commits(tmp_path: Path) -> None:
 
 INLINE_TRAINER = """
 import sys
-from dyngen.dataset import DyngenDataset
+from dyngen.trainers.dataset import DyngenDataset
 data = DyngenDataset(sys.argv[1], "fresh", mode="inline")
 summary = data.on_batch_end(step=7)
 print("round:", summary)

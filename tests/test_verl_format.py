@@ -11,7 +11,7 @@ import pytest
 
 from dyngen.errors import ImportFormatError
 from dyngen.store import Store
-from dyngen.verl_format import export_version, import_files
+from dyngen.trainers.verl_format import export_version, import_files
 from tests.rows import verl_rows
 
 

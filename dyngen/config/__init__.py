@@ -37,7 +37,6 @@ from dyngen.config.schema import (
     default_config,
 )
 from dyngen.errors import ConfigError
-from dyngen.rollouts import absolute_dirs
 from dyngen.store.location import absolute_root
 
 __all__ = [
@@ -115,7 +114,7 @@ def round_params(config: DictConfig | Mapping[str, Any] | None = None, *,
         cfg.round.rollouts_dirs = [*cfg.round.rollouts_dirs, *extra]
     if absolute:
         cfg.store.root = absolute_root(cfg.store.root)  # a URL stays as it is
-        cfg.round.rollouts_dirs = absolute_dirs(cfg.round.rollouts_dirs)
+        cfg.round.rollouts_dirs = _absolute_dirs(cfg.round.rollouts_dirs)
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
     return plain
@@ -143,3 +142,8 @@ def tokenizer_path(cfg: DictConfig) -> str | None:
             "or data.filter_overlong_prompts=false."
         )
     return cfg.data.tokenizer
+
+
+def _absolute_dirs(dirs: Iterable[str]) -> list[str]:
+    """Folders made absolute against the current directory (URLs left for the check)."""
+    return [d if "://" in d else os.path.abspath(d) for d in map(str, dirs)]

@@ -23,9 +23,9 @@ from typing import Any
 
 import datasets
 
-from dyngen.context import RoundContext
 from dyngen.errors import ConfigError
 from dyngen.llm import MODEL_DEFAULTS, chat_model
+from dyngen.round.context import RoundContext
 from dyngen.sandbox import ISOLATIONS, require_bwrap
 from generators.base import AbstractDataGenerator, rows_of
 from generators.code_tasks.checking import Checked, check_candidates

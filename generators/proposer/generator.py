@@ -45,9 +45,9 @@ from typing import Any
 
 import datasets
 
-from dyngen.context import RoundContext
 from dyngen.errors import ConfigError
 from dyngen.llm import MODEL_DEFAULTS, SOLVER_DEFAULTS, ChatModel, chat_model, seed_int
+from dyngen.round.context import RoundContext
 from generators.base import AbstractDataGenerator, rows_of
 from generators.proposer.checking import Proposal, parse_proposal
 from generators.proposer.sampling import propose

@@ -16,7 +16,7 @@ from typing import Any
 
 import datasets
 
-from dyngen.rollouts import Rollout
+from dyngen.round.rollouts import Rollout
 from generators.proposer.text import normalise, question_of
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dyngen.local_server import LocalServer
+from dyngen.server.local import LocalServer
 from dyngen.store import Store
 from tests.rows import verl_rows
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dyngen.local_server import LocalServer
+from dyngen.server.local import LocalServer
 from tests.e2e.conftest import DYNGEN, REPO, env_for, seeded
 
 ROUND_CONFIG = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=UsesContext"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from dyngen.events import emit_batch_end, trigger_name
-from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, verify
+from dyngen.trainers.events import emit_batch_end, trigger_name
 from tests.e2e.conftest import PREFECT, REPO, env_for, prefect_cli, seeded
 from tests.e2e.test_triggered_rounds import finished_runs, wait_for_versions
 

@@ -16,10 +16,10 @@ from subprocess import Popen
 
 import pytest
 
-import dyngen.events as events
-from dyngen.events import trigger_name
-from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+import dyngen.trainers.events as events
+from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, VersionRecord, verify
+from dyngen.trainers.events import trigger_name
 from tests.e2e.conftest import DYNGEN, PREFECT, REPO, env_for, prefect_cli, seeded
 from tests.support import server_steps
 
@@ -27,7 +27,7 @@ ROUND_CONFIG = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=U
 
 _EMITTER = """
 import json, sys
-from dyngen.events import emit_batch_end
+from dyngen.trainers.events import emit_batch_end
 dataset, steps = sys.argv[1], [int(s) for s in sys.argv[2:]]
 print(json.dumps([emit_batch_end(dataset, s, {"score": s / 10}) for s in steps]))
 """
@@ -177,7 +177,7 @@ def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_go
 
     monkeypatch.setattr(events, "_server_down", False)
     monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
-    caplog.set_level(logging.WARNING, logger="dyngen.events")
+    caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
     with temporary_settings(updates={PREFECT_API_AUTH_STRING: None}):
         sent = [events.send_batch_end("guarded", step, {"score": 0.5}, api_url=auth_server.api_url)
                 for step in range(3)]  # a training loop: every step returns, none raises

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from dyngen.local_server import LocalServer
 from dyngen.report.trend import sparkline
+from dyngen.server.local import LocalServer
 from tests.browser import render, screenshot
 from tests.e2e.conftest import DYNGEN, REPO, env_for, seeded
 

@@ -10,7 +10,7 @@ import pytest
 
 from dyngen.sandbox import run_python, same_value
 from dyngen.store import Store
-from dyngen.verl_format import import_files
+from dyngen.trainers.verl_format import import_files
 from flows.generation_round import generation_round
 from generators.code_tasks import ABDUCTION, DEDUCTION
 from generators.code_tasks.reward import compute_score

@@ -140,7 +140,7 @@ def test_mock_generator_commits_a_version_with_one_duplicate_rejected(store: Sto
 
 
 def test_dedup_reads_the_prompt_column_the_dataset_was_imported_with(tmp_path: Path) -> None:
-    from dyngen.verl_format import import_files
+    from dyngen.trainers.verl_format import import_files
 
     rows = [{("question" if k == "prompt" else k): v for k, v in r.items()}
             for r in verl_rows(3)]

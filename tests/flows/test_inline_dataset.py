@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dyngen.dataset import DyngenDataset
 from dyngen.store import Store
+from dyngen.trainers.dataset import DyngenDataset
 from tests.rows import verl_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

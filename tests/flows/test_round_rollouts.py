@@ -15,8 +15,8 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from typer.testing import CliRunner
 
 from dyngen.cli import app
-from dyngen.integrations.rollouts import rollouts_dir
 from dyngen.store import Store
+from dyngen.trainers.rollouts import rollouts_dir
 from flows.generation_round import generation_round
 from tests.rows import verl_rows
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dyngen.dataset import DyngenDataset, start_event_id
 from dyngen.store import Store
+from dyngen.trainers.dataset import DyngenDataset, start_event_id
 from tests.rows import verl_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

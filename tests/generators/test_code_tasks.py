@@ -13,8 +13,8 @@ import datasets
 import pytest
 
 from dyngen.llm.weights import load_model
-from dyngen.rollouts import RolloutsPolicy
 from dyngen.round import RoundContext, Trigger
+from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.sandbox import run_python, same_value
 from generators.code_tasks import ABDUCTION, DEDUCTION, CodeTaskProposer
 from generators.code_tasks.reward import compute_score

@@ -15,8 +15,8 @@ import datasets
 import pytest
 
 from dyngen.errors import MissingDependencyError
-from dyngen.rollouts import RolloutsPolicy
 from dyngen.round import RoundContext, Trigger
+from dyngen.round.rollouts import RolloutsPolicy
 from generators.proposer import (
     DEFAULT_GGUF,
     ProposerGenerator,

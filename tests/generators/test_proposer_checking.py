@@ -11,7 +11,7 @@ from typing import Any
 import datasets
 import pytest
 
-from dyngen.rollouts import RolloutsPolicy
+from dyngen.round.rollouts import RolloutsPolicy
 from generators.proposer import (
     Proposal,
     ProposerGenerator,

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from dyngen.errors import ConfigError
-from dyngen.integrations.rollouts import event_id_for
-from dyngen.integrations.verl import VerlFollower, trigger_metrics
-from dyngen.integrations.verl_files import MetricsTail
-from dyngen.outbox import Outbox
 from dyngen.store import Store
+from dyngen.trainers.outbox import Outbox
+from dyngen.trainers.rollouts import event_id_for
+from dyngen.trainers.verl_files import MetricsTail
+from dyngen.trainers.verl_follow import VerlFollower, trigger_metrics
 from tests.rows import verl_rows
 from tests.support import UNUSED_API
 
@@ -144,7 +144,7 @@ def test_follow_needs_an_existing_dataset(tmp_path: Path) -> None:
 ])
 def test_decoded_prompts_of_common_templates_map_back_to_the_row(
         store: Store, decoded: str) -> None:
-    from dyngen.integrations.rollouts import PromptIndex
+    from dyngen.trainers.rollouts import PromptIndex
 
     index = PromptIndex(store, NAME)
     index.refresh()

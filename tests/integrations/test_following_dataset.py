@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dyngen.errors import ConfigError
-from dyngen.integrations.trl import FollowingDataset
 from dyngen.store import Store
+from dyngen.trainers.trl import FollowingDataset
 from tests.rows import verl_rows
 
 NAME = "following"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dyngen.integrations.rollouts import event_id_for
-from dyngen.integrations.trl import DyngenCallback, FollowingDataset
 from dyngen.store import Store
+from dyngen.trainers.rollouts import event_id_for
+from dyngen.trainers.trl import DyngenCallback, FollowingDataset
 from tests.rows import verl_rows
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from dyngen.processes import OwnedProcess, free_port, spawn
+from dyngen.server.processes import OwnedProcess, free_port, spawn
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_ALIAS = "smollm2"

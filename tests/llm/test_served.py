@@ -10,7 +10,7 @@ import pytest
 
 from dyngen.errors import ConfigError, ModelError, ModelUnavailableError
 from dyngen.llm import ChatRequest, chat_model
-from dyngen.processes import free_port
+from dyngen.server.processes import free_port
 from tests.llm.llama_server import MODEL_ALIAS, LlamaServer
 from tests.llm.scripted_server import scripted_server
 from tests.llm.support import KEY, KEY_ENV, served

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from dyngen.errors import ModelUnavailableError
-from dyngen.processes import free_port
+from dyngen.server.processes import free_port
 from dyngen.store import Store, verify
 from flows.generation_round import generation_round
 from tests.generators.proposer_tasks import HARD, task_dataset

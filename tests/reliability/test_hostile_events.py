@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dyngen.events import EVENT_NAME, emit_batch_end, resource_id
-from dyngen.integrations.rollouts import rollouts_dir
-from dyngen.local_server import LocalServer
+from dyngen.server.local import LocalServer
 from dyngen.store import Store, verify
+from dyngen.trainers.events import EVENT_NAME, emit_batch_end, resource_id
+from dyngen.trainers.rollouts import rollouts_dir
 from tests.e2e.conftest import auth_server  # noqa: F401  (a real server, basic auth on)
 from tests.e2e.test_triggered_rounds import ROUND_CONFIG, serving, wait_for_versions
 from tests.rows import verl_rows

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import dyngen.events as events
-from dyngen.local_server import LocalServer
-from dyngen.outbox import Outbox
+import dyngen.trainers.events as events
+from dyngen.server.local import LocalServer
 from dyngen.store import Store, verify
+from dyngen.trainers.outbox import Outbox
 from tests.e2e.test_triggered_rounds import finished_runs, serving, wait_for_versions
 from tests.rows import verl_rows
 
@@ -55,7 +55,7 @@ def test_no_batch_end_is_lost_in_a_server_outage(
 ) -> None:
     monkeypatch.setattr(events, "_server_down", False)
     monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
-    caplog.set_level(logging.WARNING, logger="dyngen.events")
+    caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
     store = Store(tmp_path / "store")
     store.create(DATASET, verl_rows(4))
     log = tmp_path / "serve.log"

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dyngen.events import emit_batch_end, trigger_name
-from dyngen.local_server import LocalServer, spawn, stop, wait_for_automation
+from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import verify
+from dyngen.trainers.events import emit_batch_end, trigger_name
 from tests.e2e.conftest import (
     DYNGEN,
     REPO,

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from dyngen.cli import app
 from dyngen.config import load_config
-from dyngen.rollouts import RolloutsPolicy
+from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.store import Store, verify
 from dyngen.store.location import local_folder_for
 from tests.rows import verl_rows

@@ -11,7 +11,7 @@ import pytest
 
 from dyngen.errors import SchemaMismatchError
 from dyngen.store import Store, verify
-from dyngen.verl_format import export_version
+from dyngen.trainers.verl_format import export_version
 from tests.rows import verl_row_with, verl_rows
 
 

@@ -25,8 +25,8 @@ import verl
 from verl.utils.tracking import FileLogger
 
 from dyngen.config import load_config
-from dyngen.local_server import LocalServer, spawn, stop
-from dyngen.rollouts import RolloutsPolicy
+from dyngen.round.rollouts import RolloutsPolicy
+from dyngen.server.local import LocalServer, spawn, stop
 from dyngen.store import Store, verify
 from generators.proposer.seeds import seeds_from_rollouts
 from tests.e2e.conftest import DYNGEN, REPO, env_for

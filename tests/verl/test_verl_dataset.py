@@ -28,9 +28,9 @@ from verl import DataProto
 from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-import dyngen.events as events
+import dyngen.trainers.events as events
 from dyngen.store import Store, gc
-from dyngen.verl_dataset import VerlDyngenDataset
+from dyngen.trainers.verl_dataset import VerlDyngenDataset
 from tests.rows import verl_row, verl_rows
 from tests.support import UNUSED_API
 
@@ -91,7 +91,7 @@ def scored(batch: DataProto, scores: list[float], step: int) -> DataProto:
 
 
 def test_only_dyngen_verl_dataset_imports_verl() -> None:
-    code = ("import sys, dyngen, dyngen.dataset; "
+    code = ("import sys, dyngen, dyngen.trainers.dataset; "
             "print(sorted(m for m in ('verl', 'torch', 'flows') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[2])
@@ -149,7 +149,7 @@ def test_on_batch_end_emits_metrics_derived_from_the_batch(
     assert ds.metrics_from_batch(batch) == expected
 
     sent: list[tuple[str, int, Any]] = []
-    monkeypatch.setattr("dyngen.dataset.emit_batch_end",
+    monkeypatch.setattr("dyngen.trainers.dataset.emit_batch_end",
                         lambda name, step, metrics=None, rollouts=None, **_:
                         sent.append((name, step, metrics)) or "evt-7")
     assert ds.on_batch_end(batch=batch) == "evt-7"  # ray_trainer.py: on_batch_end(batch=batch)

@@ -21,13 +21,13 @@ import pyarrow.parquet as pq
 import yaml
 from rich.console import Console
 
-from dyngen.events import emit_batch_end, trigger_name
-from dyngen.lineage import history_table
-from dyngen.local_server import LocalServer, wait_for_automation
-from dyngen.processes import spawn, stop
 from dyngen.report import write_report
+from dyngen.round.lineage import history_table
+from dyngen.server.local import LocalServer, wait_for_automation
+from dyngen.server.processes import spawn, stop
 from dyngen.store import Store, VersionRecord, verify
-from dyngen.verl_format import import_files
+from dyngen.trainers.events import emit_batch_end, trigger_name
+from dyngen.trainers.verl_format import import_files
 from generators.arithmetic import arithmetic_task
 
 DATASET = "arith-demo"

@@ -28,9 +28,9 @@ def emit_command(
 ) -> None:
     """Emit a training batch-end event, as a trainer would; --flush sends queued ones."""
     from dyngen.errors import ConfigError
-    from dyngen.events import flush_outbox, send_batch_end
-    from dyngen.outbox import Outbox
     from dyngen.store.names import validate_name
+    from dyngen.trainers.events import flush_outbox, send_batch_end
+    from dyngen.trainers.outbox import Outbox
 
     out = ctx.obj.out
     if name is None or step is None:
@@ -89,8 +89,8 @@ def follow_command(
         "--poll-seconds", min=0.01, help="How often to look at the files.")] = 1.0,
 ) -> None:
     """Follow a running verl job's files; emit one batch end per completed training step."""
-    from dyngen.integrations.verl import VerlFollower
     from dyngen.store.names import validate_name
+    from dyngen.trainers.verl_follow import VerlFollower
 
     follower = VerlFollower(ctx.obj.store().root, validate_name(name), verl_metrics,
                             rollout_dir=rollout_dir, every_n_steps=every_n_steps,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dyngen.cli_support import Name, get_state
+from dyngen.cli.support import Name, get_state
 
 
 def round_(
@@ -88,7 +88,7 @@ def demo(
         "--keep-server", help="Leave the Prefect server and the serve process running.")] = False,
 ) -> None:
     """Start a local Prefect server, serve the round, train, and watch rounds commit."""
-    from dyngen.demo import run_demo
+    from dyngen.cli.demo import run_demo
 
     run_demo(workdir, get_state(ctx).out, batches=batches, keep_server=keep_server)
 

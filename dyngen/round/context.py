@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dyngen.errors import TriggerError
-from dyngen.rollouts import Rollout, RolloutsPolicy
+from dyngen.round.rollouts import Rollout, RolloutsPolicy
 
 MAX_METRICS = 256
 MAX_TRIGGER_BYTES = 64 * 1024
@@ -44,7 +44,7 @@ class Trigger:
             # and without an idempotency key, once per re-delivery.
             raise TriggerError("trigger is empty: a batch-end event's payload must carry "
                                '{"trigger": {"event_id", "step", "metrics", "rollouts"}} '
-                               "(dyngen.events.emit_batch_end sends it); pass None for a "
+                               "(dyngen.trainers.events.emit_batch_end sends it); pass None for a "
                                "round that no event started.")
         if len(json.dumps(value, default=str)) > MAX_TRIGGER_BYTES:
             raise TriggerError(f"trigger payload is larger than {MAX_TRIGGER_BYTES} bytes; "

@@ -29,9 +29,11 @@ import numpy as np
 from datasets.iterable_dataset import ExamplesIterable
 from transformers import TrainerCallback
 
-from dyngen.dataset import DyngenDataset, Mode
 from dyngen.errors import ConfigError
-from dyngen.integrations.rollouts import (
+from dyngen.locations import store_root as store_root_of
+from dyngen.store import Store
+from dyngen.trainers.dataset import DyngenDataset, Mode
+from dyngen.trainers.rollouts import (
     PromptIndex,
     event_id_for,
     rollout_record,
@@ -39,8 +41,6 @@ from dyngen.integrations.rollouts import (
     safe_run_name,
     write_rollouts,
 )
-from dyngen.locations import store_root as store_root_of
-from dyngen.store import Store
 
 logger = logging.getLogger(__name__)
 RUN_FILE = "dyngen-run.json"  # in the trainer's output_dir: the run id a resume keeps

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dyngen.errors import PrefectServerError
-from dyngen.processes import OwnedProcess, free_port, spawn
+from dyngen.server.processes import OwnedProcess, free_port, spawn
 
 UNPRIVILEGED_USER = "nobody"
 SUPERUSER = "dyngen"  # the cluster's own superuser role, not a system account

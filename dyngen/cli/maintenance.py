@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from dyngen.cli_support import Name, get_state
+from dyngen.cli.support import Name, get_state
 from dyngen.store.compaction import CompactionPolicy
 from dyngen.store.retention import DEFAULT_GRACE_SECONDS
 

@@ -27,22 +27,22 @@ from pathlib import Path
 from typing import Any
 
 from dyngen.errors import ConfigError
-from dyngen.events import send_batch_end
-from dyngen.integrations.rollouts import (
+from dyngen.store import Store
+from dyngen.trainers.events import send_batch_end
+from dyngen.trainers.rollouts import (
     PromptIndex,
     event_id_for,
     rollout_record,
     rollouts_dir,
     write_rollouts,
 )
-from dyngen.integrations.verl_files import (
+from dyngen.trainers.verl_files import (
     MetricsTail,
     StepMetrics,
     dump_path,
     read_complete_dump,
     training_step,
 )
-from dyngen.store import Store
 
 logger = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 import httpx
 
 from dyngen.errors import ConfigError, PrefectServerError
-from dyngen.processes import OwnedProcess, spawn
-from dyngen.processes import free_port as free_port  # re-exported, as before
-from dyngen.processes import stop as stop  # re-exported, as before
-from dyngen.server_auth import AUTH_HINT, auth_headers
+from dyngen.server.auth import AUTH_HINT, auth_headers
+from dyngen.server.processes import OwnedProcess, spawn
+from dyngen.server.processes import free_port as free_port  # re-exported, as before
+from dyngen.server.processes import stop as stop  # re-exported, as before
 
 if TYPE_CHECKING:
-    from dyngen.postgres import LocalPostgres
+    from dyngen.server.postgres import LocalPostgres
 
 START_TIMEOUT_SECONDS = 180.0
 DATABASES = ("sqlite", "postgresql")
@@ -195,7 +195,7 @@ def _sqlite_file(url: str) -> Path | None:
 @dataclass
 class LocalServer(OwnedProcess):
     """`prefect server start` on 127.0.0.1, its database under `home`: SQLite (a file) or
-    PostgreSQL (a local cluster in `home/postgres`, see dyngen/postgres.py); basic auth if
+    PostgreSQL (a local cluster in `home/postgres`, see dyngen/server/postgres.py); basic auth if
     `auth_string`."""
 
     home: Path
@@ -246,7 +246,7 @@ class LocalServer(OwnedProcess):
         with self.stopped_on_failure():
             if self.database == "postgresql":
                 if self.postgres is None:  # the same cluster (and port) across restarts
-                    from dyngen.postgres import LocalPostgres
+                    from dyngen.server.postgres import LocalPostgres
 
                     self.postgres = LocalPostgres(self.home / "postgres")
                 extra["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.postgres.start().url

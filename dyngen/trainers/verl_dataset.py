@@ -34,11 +34,11 @@ import numpy as np
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from dyngen.dataset import DyngenDataset
 from dyngen.errors import ConfigError, DatasetExistsError
 from dyngen.locations import store_root
 from dyngen.store import Store
-from dyngen.verl_format import import_files
+from dyngen.trainers.dataset import DyngenDataset
+from dyngen.trainers.verl_format import import_files
 
 logger = logging.getLogger(__name__)
 

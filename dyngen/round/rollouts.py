@@ -17,7 +17,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,11 +33,6 @@ _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pi
 # swapped for a link after the check fails to open.
 _OPEN_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
                | getattr(os, "O_CLOEXEC", 0))
-
-
-def absolute_dirs(dirs: Iterable[str]) -> list[str]:
-    """Folders made absolute against the current directory (URLs left for the check)."""
-    return [d if "://" in d else os.path.abspath(d) for d in map(str, dirs)]
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ import datasets
 
 from dyngen.config import round_params
 from dyngen.errors import ConfigError
-from dyngen.events import batch_end_payload, emit_batch_end, send_batch_end
-from dyngen.local_server import ensure_prefect_api
+from dyngen.server.local import ensure_prefect_api
 from dyngen.store import Store, VersionRecord
+from dyngen.trainers.events import batch_end_payload, emit_batch_end, send_batch_end
 
 Mode = Literal["emit", "inline"]
 # Runs one round: (dataset, config=plain config, trigger=plain trigger) → the round's summary.

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dyngen.context import RoundContext, Trigger
+from dyngen.round.context import RoundContext, Trigger
 from dyngen.store import LogEntry, Store, VersionRecord
 
 if TYPE_CHECKING:  # the CLI imports this module; datasets (via the filters) stays unloaded

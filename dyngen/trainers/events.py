@@ -7,7 +7,7 @@ Event scheme (documented in the README; the deployment trigger matches on it):
 The trigger mapping is passed unchanged to `generation_round(trigger=...)`, which
 validates it; its event id becomes the round's idempotency key.
 Events go out through `POST /api/events` (the server answers once it has taken them);
-one the server cannot take waits in the local outbox (`dyngen.outbox`) until it can.
+one the server cannot take waits in the local outbox (`dyngen.trainers.outbox`) until it can.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dyngen.errors import ConfigError
-from dyngen.outbox import (
+from dyngen.server.auth import AUTH_HINT
+from dyngen.trainers.outbox import (
     FLUSH_BUDGET_SECONDS,
     LOCK_WAIT_SECONDS,
     SEND_TIMEOUT_SECONDS,
@@ -29,7 +30,6 @@ from dyngen.outbox import (
     Outbox,
     Status,
 )
-from dyngen.server_auth import AUTH_HINT
 
 EVENT_NAME = "dyngen.batch.ended"
 RESOURCE_PREFIX = "dyngen.dataset."
@@ -83,7 +83,7 @@ def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
     """Emit `dyngen.batch.ended` for `dataset`; return the event id, or None if dropped.
 
     Never raises and never waits more than a few seconds. An event the server cannot take
-    now waits in the local outbox (`dyngen.outbox`) and is delivered, in order, by the
+    now waits in the local outbox (`dyngen.trainers.outbox`) and is delivered, in order, by the
     next emit that reaches the server or by `dyngen emit --flush`; its id is returned
     too. None means it was not kept: no server configured, or the outbox is full.
     """
@@ -94,7 +94,7 @@ def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
 
 @dataclass(frozen=True)
 class BatchEndDelivery:
-    """An emitted event's id and what became of it (see `dyngen.outbox.Delivery`)."""
+    """An emitted event's id and what became of it (see `dyngen.trainers.outbox.Delivery`)."""
 
     event_id: str
     status: Status

@@ -19,7 +19,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from dyngen import cli_maintenance, cli_rounds
-from dyngen.cli_support import (
+from dyngen.cli.support import (
     JsonOpt,
     Name,
     State,
@@ -29,11 +29,11 @@ from dyngen.cli_support import (
     make_console,
     make_table,
 )
-from dyngen.cli_trainers import emit_command, follow_command
+from dyngen.cli.trainers import emit_command, follow_command
 from dyngen.errors import ConfigError, DatasetNotFoundError, DyngenError
-from dyngen.lineage import history_table, log_tables, short
 from dyngen.locations import ROOT_ENV
 from dyngen.progress import progress_bar
+from dyngen.round.lineage import history_table, log_tables, short
 from dyngen.store import gc, verify
 from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
 from dyngen.text import clip, parse_json, prompt_text
@@ -64,7 +64,7 @@ class _Group(TyperGroup):
         except Exception as exc:
             status = getattr(getattr(exc, "response", None), "status_code", None)
             if status in (401, 403):  # a Prefect server with basic auth (README: Security)
-                from dyngen.server_auth import AUTH_HINT
+                from dyngen.server.auth import AUTH_HINT
 
                 _fail(ctx, f"the Prefect server refused the request (HTTP {status}): {exc}",
                       EXIT_USER_ERROR, hint=AUTH_HINT)
@@ -133,7 +133,7 @@ def import_(
     prompt_key: Annotated[str, typer.Option(help="Column holding the chat prompt.")] = "prompt",
 ) -> None:
     """Create a dataset at version 0 from verl-format files."""
-    from dyngen.verl_format import import_files
+    from dyngen.trainers.verl_format import import_files
 
     state = get_state(ctx)
     with progress_bar() as bar:
@@ -231,7 +231,7 @@ def export(
         return
     if format_ != "parquet":
         raise ConfigError(f"--format: expected parquet or delta, found {format_!r}.")
-    from dyngen.verl_format import export_version
+    from dyngen.trainers.verl_format import export_version
 
     rec = store.head(name) if version is None else store.record(name, version)
     with progress_bar() as bar:
@@ -374,7 +374,3 @@ app.command("follow")(follow_command)
 def main() -> None:
     """Entry point of the `dyngen` console script."""
     app()
-
-
-if __name__ == "__main__":
-    main()

@@ -2,8 +2,8 @@
 
 The stages (load → generate → filter → concat → version) are plain functions here;
 `tasks/` wraps each in a Prefect task and `flows/generation_round.py` chains them. The
-trigger and context are in `dyngen.context`, the filter chain in `dyngen.filters.chain`,
-the round's lineage and its renderings in `dyngen.lineage`.
+trigger and context are in `dyngen.round.context`, the filter chain in `dyngen.filters.chain`,
+the round's lineage and its renderings in `dyngen.round.lineage`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from omegaconf import DictConfig
 
 from dyngen.config import config_hash, load_config
 from dyngen.config.secrets import refuse_redacted
-from dyngen.context import RoundContext, Trigger
 from dyngen.filters.chain import build_filters, filter_rows
 from dyngen.filters.overlong import load_tokenizer
 from dyngen.plugins import qualified_name
-from dyngen.rollouts import RolloutsPolicy
+from dyngen.round.context import RoundContext, Trigger
+from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.rows import RowBatch, rows_from_output
 from dyngen.store import CompactionPolicy, PendingCommit, Store, VersionRecord
 from dyngen.store.minhash import LshParams

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from dyngen.server_auth import auth_headers, credentials_problem
+from dyngen.server.auth import auth_headers, credentials_problem
 
 OUTBOX_ENV = "DYNGEN_OUTBOX"
 MAX_EVENTS_ENV = "DYNGEN_OUTBOX_MAX_EVENTS"

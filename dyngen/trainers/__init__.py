@@ -1,0 +1,9 @@
+"""The trainer's side: how batch ends reach dyngen and how a trainer reads the newest rows.
+
+`events` (emit_batch_end) and `outbox` (events kept while the server is away); `dataset`
+(DyngenDataset, emit or inline) and `verl_dataset` (verl's drop-in `data.custom_cls`);
+`verl_follow` and `verl_files` follow a running verl job's metrics file and rollout dumps
+(`dyngen follow`); `trl` is a `transformers.TrainerCallback` plus a dataset that follows
+the newest version; `rollouts` writes the per-step rollouts files a round reads;
+`verl_format` imports verl's parquet files as version 0 and exports versions back.
+"""
