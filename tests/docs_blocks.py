@@ -82,8 +82,9 @@ class Block:
 
 
 def pages() -> list[Path]:
-    """Every page of the site's source (generated pages exist only in the build)."""
-    return sorted(DOCS.rglob("*.md"))
+    """The README and every page of the site's source (generated pages exist only in the
+    build)."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
 def page_fixtures(page: Path) -> set[str]:

@@ -1,10 +1,10 @@
 """Every code block of the documentation site runs, or its markup says why it does not.
 
-Each page under docs/ is found by itself (a new page is covered with no edit here); its
-blocks run in order in a fresh folder of their own, as a reader would type them there:
-`python` blocks in one namespace per page; `bash` blocks of plain `dyngen` commands
-through the typer app in this process (as tests/test_cli.py runs the CLI), other `bash`
-blocks in bash with the installed `dyngen` on PATH, both against the session's real
+The README and each page under docs/ are found by themselves (a new page is covered with no
+edit here); its blocks run in order in a fresh folder of their own, as a reader would type
+them there: `python` blocks in one namespace per page; `bash` blocks of plain `dyngen`
+commands through the typer app in this process (as tests/test_cli.py runs the CLI), other
+`bash` blocks in bash with the installed `dyngen` on PATH, both against the session's real
 Prefect server; `yaml` blocks parsed, a dyngen config loaded through its checks; titled
 blocks written as the files they name. The markup is described in tests/docs_blocks.py.
 """
@@ -48,7 +48,7 @@ PAGES = pages()
 
 
 def _id(page: Path) -> str:
-    return page.relative_to(DOCS).as_posix()
+    return page.relative_to(DOCS.parent).as_posix()
 
 
 def test_every_block_says_how_it_is_tested() -> None:

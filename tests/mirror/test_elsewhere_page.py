@@ -1,4 +1,5 @@
-"""README "Reading versions elsewhere": its commands and Python run as written."""
+"""The page "Reading versions elsewhere": its commands and Python run as written, and give
+what they say."""
 
 from __future__ import annotations
 
@@ -14,18 +15,16 @@ from dyngen.store import Store
 from tests.mirror.test_delta import as_multiset
 from tests.rows import verl_rows
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "operations" / "elsewhere.md"
 
 
 def section_blocks() -> list[tuple[str, str]]:
-    """(language, code) of each fenced block in the section, in order."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index("## Reading versions elsewhere")
-    end = text.index("\n## ", start + 1)
-    return re.findall(r"```(\w*)\n(.*?)```", text[start:end], flags=re.DOTALL)
+    """(language, code) of each fenced block of the page, in order."""
+    text = PAGE.read_text(encoding="utf-8")
+    return re.findall(r"```(\w*)\n(.*?)```", text, flags=re.DOTALL)
 
 
-def test_the_sections_commands_and_code_run_as_written(
+def test_the_pages_commands_and_code_run_as_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DYNGEN_STORE_ROOT", raising=False)
@@ -33,11 +32,11 @@ def test_the_sections_commands_and_code_run_as_written(
     store.create("gsm8k-dyn", verl_rows(4))
     store.append("gsm8k-dyn", verl_rows(2, start=10, source="gen"), generator="Gen")
     blocks = section_blocks()
-    assert [lang for lang, _ in blocks] == ["python", "", "python"]
+    assert [lang for lang, _ in blocks] == ["python", "bash", "bash", "python"]
     namespace: dict = {}
     for lang, code in blocks:
         if lang == "python":
-            exec(compile(code, str(README), "exec"), namespace)
+            exec(compile(code, str(PAGE), "exec"), namespace)
             continue
         for line in code.splitlines():
             if line.startswith("dyngen "):
