@@ -18,19 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.rows import bench_row  # noqa: E402
 from dyngen.store import Store  # noqa: E402
 
 NAME = "loop"
 KINDS = ("compacted", "uncompacted")
-
-
-def row(i: int) -> dict:
-    """One verl-format row, distinct for each `i`."""
-    return {"data_source": "bench",
-            "prompt": [{"role": "user", "content": f"Compute {i} * {i % 97} + {i % 13}."}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(i * (i % 97) + i % 13)},
-            "extra_info": {"index": i}}
 
 
 def folder_bytes(folder: Path) -> int:
@@ -61,13 +53,13 @@ def main() -> None:
         roots = {kind: Path(tmp) / kind for kind in KINDS}
         stores = {kind: Store(root) for kind, root in roots.items()}
         for store in stores.values():
-            store.create(NAME, [row(0)])
+            store.create(NAME, [bench_row(0)])
         seconds = dict.fromkeys(KINDS, 0.0)
         points: dict[int, dict[str, dict[str, float]]] = {}
         for i in range(1, n + 1):
             for kind in KINDS:
                 t0 = time.perf_counter()
-                stores[kind].append(NAME, [row(i)], compact=kind == "compacted")
+                stores[kind].append(NAME, [bench_row(i)], compact=kind == "compacted")
                 seconds[kind] += time.perf_counter() - t0
             if i in (n // 2, n):
                 points[i] = {kind: measure(roots[kind], seconds[kind]) for kind in KINDS}

@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.rows import bench_row  # noqa: E402
 
 NAME = "bench"
 _QUERY = "select data_source, count(*) as n from tbl group by data_source"
@@ -48,27 +51,16 @@ print(json.dumps({"open": opened, "query": queried, "total": opened + queried,
 """
 
 
-def _row(i: int) -> dict:
-    """One verl-shaped row (as benchmarks/store_load.py makes them)."""
-    return {
-        "data_source": "bench",
-        "prompt": [{"role": "user", "content": f"Compute {i} * {i % 97} + {i % 13}."}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(i * (i % 97) + i % 13)},
-        "extra_info": {"index": i},
-    }
-
-
 def build_rounds(root: Path, versions: int, per: int) -> object:
     """Version 0 then rounds of `per` rows, compacting as rounds do, to `versions` versions."""
     from dyngen.store import Store
 
     store = Store(root)
-    store.create(NAME, [_row(i) for i in range(per)])
+    store.create(NAME, [bench_row(i) for i in range(per)])
     n = per
     t0 = time.perf_counter()
     while store.head_version(NAME) < versions - 1:
-        store.append(NAME, [_row(n + i) for i in range(per)], generator="bench")
+        store.append(NAME, [bench_row(n + i) for i in range(per)], generator="bench")
         n += per
         if store.head_version(NAME) < versions - 1:
             store.compact(NAME)  # the default policy, as a round applies it after committing
@@ -102,7 +94,7 @@ def bench_mirror(tmp: Path, versions: int, per: int, rounds: int) -> None:
     ours, theirs, cli, idle = [], [], [], []
     start = store.head(NAME).rows
     for r in range(rounds):
-        rows = [_row(start + r * per + i) for i in range(per)]
+        rows = [bench_row(start + r * per + i) for i in range(per)]
         store.append(NAME, rows, generator="bench")
         t0 = time.perf_counter()
         step = mirror_delta(store, NAME, dest)
@@ -112,7 +104,7 @@ def bench_mirror(tmp: Path, versions: int, per: int, rounds: int) -> None:
         t0 = time.perf_counter()
         deltalake.write_deltalake(str(copy), new.cast(delta_schema(new.schema)), mode="append")
         theirs.append(time.perf_counter() - t0)
-        store.append(NAME, [_row(10**8 + start + r * per + i) for i in range(per)],
+        store.append(NAME, [bench_row(10**8 + start + r * per + i) for i in range(per)],
                      generator="bench")
         cli.append(_cli_export(store, dest))
         idle.append(_cli_export(store, dest))  # nothing to do: the command's fixed cost
@@ -141,7 +133,7 @@ def bench_query(tmp: Path, rows: int, repeat: int) -> None:
     store = Store(tmp / "qstore")
     per = rows // 100
     for v in range(100):
-        batch = [{**_row(v * per + i), "data_source": f"source-{i % 7}"} for i in range(per)]
+        batch = [{**bench_row(v * per + i), "data_source": f"source-{i % 7}"} for i in range(per)]
         if v == 0:
             store.create(NAME, batch)
         else:

@@ -41,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.rows import bench_row  # noqa: E402
 from dyngen.store import CompactionPolicy, Store  # noqa: E402
 from dyngen.store.keys import prompt_keys  # noqa: E402
 
@@ -71,15 +72,6 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "rows": len(ds)}))
 """
 
 
-def row(i: int) -> dict:
-    """One verl-format row, distinct for each `i`."""
-    return {"data_source": "bench",
-            "prompt": [{"role": "user", "content": f"Compute {i} * {i % 97} + {i % 13}."}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(i * (i % 97) + i % 13)},
-            "extra_info": {"index": i}}
-
-
 def one_round(root: Path, version: int, rows: int, policy: CompactionPolicy) -> float:
     """A round's store calls for one version; returns the seconds its append took."""
     key = f"event:{version}"
@@ -87,7 +79,7 @@ def one_round(root: Path, version: int, rows: int, policy: CompactionPolicy) -> 
     store = Store(root)
     head = store.head(NAME)
     store.load(NAME, head.version)
-    new = [row(version * rows + i) for i in range(rows)]
+    new = [bench_row(version * rows + i) for i in range(rows)]
     assert not Store(root).contains_prompts(NAME, prompt_keys([r["prompt"] for r in new]),
                                             head.version).any()
     t0 = time.perf_counter()
@@ -215,7 +207,7 @@ def main() -> None:
     policy = CompactionPolicy()
     with tempfile.TemporaryDirectory(prefix="dyngen-long-run-") as tmp:
         root = Path(tmp)
-        Store(root).create(NAME, [row(i) for i in range(args.rows)])
+        Store(root).create(NAME, [bench_row(i) for i in range(args.rows)])
         appends, points = [], {}
         started = time.perf_counter()
         for v in range(1, n):
@@ -227,7 +219,7 @@ def main() -> None:
         # A baseline under the same load: 100 more rounds of this store, each followed by
         # a round of a new store (its first 100), so machine noise hits both alike.
         fresh = root / "fresh"
-        Store(fresh).create(NAME, [row(i) for i in range(args.rows)])
+        Store(fresh).create(NAME, [bench_row(i) for i in range(args.rows)])
         paired: list[tuple[float, float]] = []
         for v in range(1, 101):
             paired.append((one_round(root, n - 1 + v, args.rows, policy),

@@ -24,6 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.rows import bench_row  # noqa: E402
+
 _MEASURE = r"""
 import json, resource, sys, time
 def rss_mb():
@@ -53,7 +55,7 @@ def build(root: Path, rows: int, versions: int) -> Path:
     store = Store(root)
     t0 = time.perf_counter()
     for v in range(versions):
-        batch = [_row(v * per + i) for i in range(per)]
+        batch = [bench_row(v * per + i) for i in range(per)]
         if v == 0:
             store.create("bench", batch)
         else:
@@ -61,16 +63,6 @@ def build(root: Path, rows: int, versions: int) -> Path:
             store.append("bench", batch, generator="bench", compact=False)
     print(f"built {rows:,} rows as {versions} versions in {time.perf_counter() - t0:.1f} s")
     return export_version(store, "bench", root / "baseline.parquet")
-
-
-def _row(i: int) -> dict:
-    return {
-        "data_source": "bench",
-        "prompt": [{"role": "user", "content": f"Compute {i} * {i % 97} + {i % 13}."}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(i * (i % 97) + i % 13)},
-        "extra_info": {"index": i},
-    }
 
 
 def measure(mode: str, root: Path, parquet: Path) -> dict:

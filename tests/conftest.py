@@ -74,3 +74,17 @@ def no_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
     monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
     with temporary_settings(updates={PREFECT_API_URL: UNUSED_API}):
         yield
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3 API on loopback: moto's threaded server (honours If-None-Match)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

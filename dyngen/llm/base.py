@@ -76,6 +76,17 @@ class ModelUsage:
     # HTTP requests a served model sent, retries and one-sample splits of n included.
     http_requests: int = 0
 
+    def count(self, results: Sequence[ChatResult]) -> None:
+        """Add `results` (one per request answered or failed) to the counts."""
+        self.requests += len(results)
+        for r in results:
+            self.prompt_tokens += r.prompt_tokens
+            self.completion_tokens += r.completion_tokens
+            if not r.ok:
+                self.failures += 1
+                kind = (r.error or "").split(":", 1)[0]
+                self.errors[kind] = self.errors.get(kind, 0) + 1
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-safe copy."""
         out = asdict(self)

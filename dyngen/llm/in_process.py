@@ -48,16 +48,9 @@ class InProcessChatModel(ChatModel):
                                  strict=True):
                 results[i] = result
         self.usage.wait_seconds += time.perf_counter() - t0
-        self.usage.requests += len(requests)
-        for r in results:
-            assert r is not None
-            self.usage.prompt_tokens += r.prompt_tokens
-            self.usage.completion_tokens += r.completion_tokens
-            if not r.ok:
-                self.usage.failures += 1
-                kind = (r.error or "").split(":", 1)[0]
-                self.usage.errors[kind] = self.usage.errors.get(kind, 0) + 1
-        return [r for r in results if r is not None]
+        answered = [r for r in results if r is not None]
+        self.usage.count(answered)
+        return answered
 
     def _sample(self, requests: list[ChatRequest]) -> list[ChatResult]:
         """Results for requests that all sample alike."""

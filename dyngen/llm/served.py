@@ -168,14 +168,7 @@ class ServedChatModel(ChatModel):
             results = self._run(self._complete(list(requests)))
         finally:
             self.usage.wait_seconds += time.perf_counter() - started
-        self.usage.requests += len(results)
-        for r in results:
-            self.usage.prompt_tokens += r.prompt_tokens
-            self.usage.completion_tokens += r.completion_tokens
-            if not r.ok:
-                self.usage.failures += 1
-                kind = (r.error or "").split(":", 1)[0]
-                self.usage.errors[kind] = self.usage.errors.get(kind, 0) + 1
+        self.usage.count(results)
         self._fail_if_most_failed(results)
         return results
 

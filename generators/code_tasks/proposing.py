@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dyngen.llm import ChatModel, ChatRequest, ChatResult, Message, seed_int
+from dyngen.llm import ChatModel, ChatResult, Message
 from generators.code_tasks.tasks import code_block, functions_of, literal, program_of
+from generators.proposer.sampling import seed_requests
 
 if TYPE_CHECKING:
     from generators.proposer.seeds import Seed
@@ -76,20 +77,10 @@ def messages_for(seed: Seed) -> list[Message]:
     return [*few_shot(), {"role": "user", "content": ask}]
 
 
-def proposer_requests(seeds: list[Seed], cfg: dict[str, Any],
-                      stream: tuple[Any, ...]) -> list[ChatRequest]:
-    """One request per seed for `proposals_per_seed` completions, each on its own RNG stream
-    (e.g. seed, round, pass): the same stream samples the same tokens in-process."""
-    return [ChatRequest(messages_for(s), n=int(cfg["proposals_per_seed"]),
-                        max_tokens=int(cfg["max_new_tokens"]),
-                        temperature=float(cfg["temperature"]), top_p=float(cfg["top_p"]),
-                        seed=seed_int(*stream, s.index)) for s in seeds]
-
-
 def propose(model: ChatModel, seeds: list[Seed], cfg: dict[str, Any],
             stream: tuple[Any, ...]) -> list[ChatResult]:
     """The model's completions for each seed: one result per seed, in order."""
-    return model.complete(proposer_requests(seeds, cfg, stream))
+    return model.complete(seed_requests(seeds, messages_for, cfg, stream))
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ proposals_per_seed, and the model's keys (dyngen.llm.MODEL_DEFAULTS).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dyngen.llm import ChatModel, ChatRequest, ChatResult, seed_int
+from dyngen.llm import ChatModel, ChatRequest, ChatResult, Message, seed_int
 
 if TYPE_CHECKING:
     from generators.proposer.seeds import Seed
@@ -50,14 +51,22 @@ def messages_for(seed: Seed) -> list[dict[str, str]]:
 STOP = ("\nQuestion:", "\n\n")
 
 
-def proposer_requests(seeds: list[Seed], cfg: dict[str, Any],
-                      stream: tuple[Any, ...]) -> list[ChatRequest]:
-    """One request per seed for `proposals_per_seed` completions, each on its own RNG stream
-    (e.g. seed, round, pass): the same stream samples the same tokens in-process."""
+def seed_requests(seeds: list[Seed], messages_for: Callable[[Seed], list[Message]],
+                  cfg: dict[str, Any], stream: tuple[Any, ...],
+                  stop: tuple[str, ...] = ()) -> list[ChatRequest]:
+    """One request per seed, `messages_for(seed)`, for `proposals_per_seed` completions,
+    each on its own RNG stream (e.g. seed, round, pass): the same stream samples the same
+    tokens in-process."""
     return [ChatRequest(messages_for(s), n=int(cfg["proposals_per_seed"]),
                         max_tokens=int(cfg["max_new_tokens"]),
                         temperature=float(cfg["temperature"]), top_p=float(cfg["top_p"]),
-                        seed=seed_int(*stream, s.index), stop=STOP) for s in seeds]
+                        seed=seed_int(*stream, s.index), stop=stop) for s in seeds]
+
+
+def proposer_requests(seeds: list[Seed], cfg: dict[str, Any],
+                      stream: tuple[Any, ...]) -> list[ChatRequest]:
+    """The proposer's request for each seed (see seed_requests)."""
+    return seed_requests(seeds, messages_for, cfg, stream, STOP)
 
 
 def propose(model: ChatModel, seeds: list[Seed], cfg: dict[str, Any],

@@ -14,23 +14,10 @@ from tests.mirror.test_delta import NAME, as_multiset, delta_rows, grow, polars_
 from tests.store.conftest import new_bucket, s3_options
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def test_a_store_on_s3_mirrors_to_s3_and_engines_read_every_version(
-        endpoint: str, tmp_path) -> None:
-    bucket = new_bucket(endpoint)
-    options = s3_options(endpoint)
+        s3_endpoint: str, tmp_path) -> None:
+    bucket = new_bucket(s3_endpoint)
+    options = s3_options(s3_endpoint)
     store = Store(f"s3://{bucket}/stores/main", storage_options=options,
                   cache_dir=tmp_path / "cache")
     versions = grow(store)
@@ -63,17 +50,17 @@ def fresh_s3_filesystems() -> Iterator[None]:
 
 @pytest.mark.usefixtures("fresh_s3_filesystems")
 def test_the_command_mirrors_a_store_on_s3_with_credentials_from_the_environment(
-        endpoint: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+        s3_endpoint: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
     from dyngen.cli import app
     from tests.rows import verl_rows
 
-    for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+    for key, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                        "AWS_REGION": "us-east-1", "DYNGEN_CACHE_DIR": str(tmp_path)}.items():
         monkeypatch.setenv(key, value)
-    bucket = new_bucket(endpoint)
+    bucket = new_bucket(s3_endpoint)
     root, dest = f"s3://{bucket}/store", f"s3://{bucket}/mirrors/{NAME}"
     store = Store(root)
     store.create(NAME, verl_rows(3))

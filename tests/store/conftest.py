@@ -26,20 +26,6 @@ from dyngen.store import Store
 BACKENDS = ("local", "memory", "s3", "gcs")
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """A real S3 API on loopback: moto's threaded server (honours If-None-Match)."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def s3_options(endpoint: str) -> dict[str, Any]:
     """storage_options that point s3fs at the moto server."""
     return {"endpoint_url": endpoint, "key": "testing", "secret": "testing",
