@@ -5,7 +5,6 @@ gives back. The model-free parts are in test_code_task_checking.py."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +33,7 @@ def proposer(**cfg: Any) -> CodeTaskProposer:
     return CodeTaskProposer({"cache_dir": CACHE, **cfg})
 
 
-@pytest.fixture(scope="module", autouse=True)
-def offline() -> Iterator[None]:
-    """Nothing may come from a hub (huggingface_hub read HF_HUB_OFFLINE at import)."""
-    import huggingface_hub.constants as hub
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setattr(hub, "HF_HUB_OFFLINE", True)
-        yield
+pytestmark = pytest.mark.usefixtures("offline")  # nothing from a hub
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ test_proposer_checking.py."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -45,16 +44,7 @@ def context_with(rollouts: Path, round_no: int = 1) -> RoundContext:
                         rollouts_policy=RolloutsPolicy((str(rollouts.parent),)))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def offline() -> Iterator[None]:
-    """Nothing may come from a hub. huggingface_hub reads HF_HUB_OFFLINE when imported, which
-    collection has done already, so its constant is set too."""
-    import huggingface_hub.constants as hub
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setattr(hub, "HF_HUB_OFFLINE", True)
-        yield
+pytestmark = pytest.mark.usefixtures("offline")  # nothing from a hub
 
 
 @pytest.fixture(scope="session")
