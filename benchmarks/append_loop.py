@@ -73,9 +73,15 @@ def main() -> None:
         if key == "rows":
             continue
         cells = "".join(f"{points[at][k][key]:>22.1f}" for at in points for k in KINDS)
-        ratios = "".join(f"{points[at]['compacted'][key] / points[at]['uncompacted'][key]:>14.2f}"
+        ratios = "".join(_ratio(points[at]["compacted"][key], points[at]["uncompacted"][key])
                          for at in points)
         print(f"{key:<16}{cells}{ratios}")
+
+
+def _ratio(a: float, b: float) -> str:
+    """a / b as a table cell; a dash where there is nothing to divide by (no checkpoint
+    yet in a short loop)."""
+    return f"{a / b:>14.2f}" if b else f"{'-':>14}"
 
 
 if __name__ == "__main__":
