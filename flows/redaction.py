@@ -2,9 +2,9 @@
 
 Prefect stores a flow run's parameters as the caller gave them. A flow made with
 `redacting_flow` has Prefect record its `config` and `overrides` with each credential in
-store.storage_options replaced by `<redacted>`; the flow itself gets them as given. A run
-of a deployment got its parameters from Prefect's records: `deployment_run` tells the flow
-so, and the flow refuses credentials there.
+their option sections (store.storage_options, the mirror's) replaced by `<redacted>`; the
+flow itself gets them as given. A run of a deployment got its parameters from Prefect's
+records: `deployment_run` tells the flow so, and the flow refuses credentials there.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dyngen.config.secrets import redact_config, redact_overrides
 
 
 class RedactingFlow(Flow):
-    """A Flow whose parameters Prefect records without store credentials."""
+    """A Flow whose parameters Prefect records without storage credentials."""
 
     def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
-        """Prefect's serialization of the parameters, with store credentials redacted."""
+        """Prefect's serialization of the parameters, with storage credentials redacted."""
         shown = dict(parameters)
         if "config" in shown:
             shown["config"] = redact_config(shown["config"])
