@@ -140,7 +140,8 @@ class Partitioned(AbstractDataGenerator):
     """`n` rows for its partition, numbered by it; each call leaves a file in `calls`
     (partition, process, start and end time). Partition `fail` raises on its first call,
     or on every call with `fail_always`; `sleep` seconds stand in for a slow model. Its
-    stats say which Prefect API its process reports to, and any Prefect server it runs."""
+    stats say which Prefect API its process reports to, any Prefect server it runs, and
+    whether the API's credentials are in its environment."""
 
     def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
         import os
@@ -157,7 +158,8 @@ class Partitioned(AbstractDataGenerator):
             raise ConnectionError(f"partition {part}: inference server not ready (simulated)")
         n = int(self.config.get("n", 2))
         self.state = {"partition": part, "seen": (context.previous_state or {}).get("seen", 0) + 1}
-        self.stats = {"prefect_api_url": _api_url(), "servers": _prefect_servers()}
+        self.stats = {"prefect_api_url": _api_url(), "servers": _prefect_servers(),
+                      "auth_string_in_environ": "PREFECT_API_AUTH_STRING" in os.environ}
         return datasets.Dataset.from_list(
             [verl_row(1000 + 100 * part + i, source=f"part-{part}-of-{count}") for i in range(n)])
 

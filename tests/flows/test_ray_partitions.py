@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
 
 from dyngen.errors import ConfigError
+from dyngen.server.local import LocalServer
 from dyngen.store import Store, verify
 from flows.generation_round import generation_round
 from tests.flows.test_partitions import calls_of, partitioned_config, seeded_store
@@ -140,7 +142,7 @@ def test_a_round_in_another_process_joins_the_running_ray_by_address(
     assert ray.is_initialized() and ray.get(ray.put(7)) == 7
 
 
-_NO_API_URL_ROUND = r"""
+_ROUND_IN_A_SUBPROCESS = r"""
 import json, sys
 from pathlib import Path
 from prefect.client.orchestration import get_client
@@ -171,7 +173,7 @@ def test_a_round_without_prefect_api_url_has_its_ray_partitions_report_to_its_ow
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
     env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect-home"))
     address = ray.get_runtime_context().gcs_address
-    proc = subprocess.run([sys.executable, "-c", _NO_API_URL_ROUND, str(store.root),
+    proc = subprocess.run([sys.executable, "-c", _ROUND_IN_A_SUBPROCESS, str(store.root),
                            str(tmp_path), address], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -180,3 +182,28 @@ def test_a_round_without_prefect_api_url_has_its_ray_partitions_report_to_its_ow
     assert [s["servers"] for s in stats] == [[], []], "partitions started Prefect servers"
     assert [s["prefect_api_url"] for s in stats] == [url.rstrip("/")] * 2
     assert sorted(calls_of(tmp_path)) == [(0, 0), (1, 0)]
+
+
+def test_ray_partitions_report_to_a_server_with_auth_without_the_credentials_in_ray(
+        store: Store, tmp_path: Path) -> None:
+    import ray
+
+    # The worker's Prefect client needs the server's credentials; they travel in the task's
+    # Prefect context, never in Ray's runtime environment (which its dashboard shows).
+    server = LocalServer(tmp_path / "auth-server",
+                         auth_string=f"dyngen:{secrets.token_hex(12)}").start()
+    try:
+        env = server.env(PYTHONPATH=str(REPO))
+        address = ray.get_runtime_context().gcs_address
+        proc = subprocess.run([sys.executable, "-c", _ROUND_IN_A_SUBPROCESS, str(store.root),
+                               str(tmp_path), address], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    url, names, stats = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert url.rstrip("/") == server.api_url
+    assert names == ["generate-0-of-2", "generate-1-of-2"]  # recorded on the auth server
+    assert [s["prefect_api_url"] for s in stats] == [server.api_url] * 2
+    assert [s["servers"] for s in stats] == [[], []]
+    assert [s["auth_string_in_environ"] for s in stats] == [False, False]
