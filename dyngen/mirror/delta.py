@@ -29,6 +29,7 @@ from dyngen.store import shards as sh
 from dyngen.store.location import local_path, open_backend, split_url
 from dyngen.store.reader import DATA_DIR, StoreReader
 from dyngen.store.records import LogEntry, ShardInfo
+from dyngen.store.room import no_room_cause
 from dyngen.store.state import LogState, Retention
 
 if TYPE_CHECKING:
@@ -83,6 +84,17 @@ def mirror_delta(store: StoreReader, name: str, dest: str | os.PathLike[str], *,
                 committed.append(entry.version)
                 progress.advance()
             break
+        except OSError as exc:
+            cause = no_room_cause(exc, f"mirror {mirror.uri}")
+            if cause is None:
+                raise
+            at = (f"holds version {mirror.version} of {name!r}" if mirror.version >= 0
+                  else "was not created")
+            raise MirrorError(
+                f"{cause}. The mirror {at}: version {mirror.version + 1} was not committed "
+                f"(its files are written again on the next run). Free space on that disk, "
+                f"then run `dyngen export {name}` again: it goes on from version "
+                f"{mirror.version + 1}.") from exc
         except _Raced:
             if attempt == _ATTEMPTS - 1:
                 raise MirrorError(

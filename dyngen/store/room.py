@@ -19,22 +19,29 @@ if TYPE_CHECKING:
     from dyngen.store.reader import StoreReader
 
 _T = TypeVar("_T")
-# errno -> what ran out, for a message about the store's disk.
+# errno -> what ran out, for a message about the disk of `what` (a store, a mirror).
 _NO_ROOM = {
-    errno.ENOSPC: "the disk holding store {root} is full",
-    errno.EDQUOT: "the disk quota for store {root} is used up",
-    errno.EFBIG: "a file of store {root} would grow past the largest file size allowed "
+    errno.ENOSPC: "the disk holding {what} is full",
+    errno.EDQUOT: "the disk quota for {what} is used up",
+    errno.EFBIG: "a file of {what} would grow past the largest file size allowed "
                  "(the file system's, or this process's `ulimit -f`)",
 }
 
 
+def no_room_cause(exc: BaseException, what: str) -> str | None:
+    """What ran out ("the disk holding {what} is full (No space left on device, writing
+    F)"), if `exc` is a write that found no room; else None."""
+    if not isinstance(exc, OSError) or exc.errno not in _NO_ROOM:
+        return None
+    where = f", writing {exc.filename}" if exc.filename else ""
+    return f"{_NO_ROOM[exc.errno].format(what=what)} ({exc.strerror or 'no room'}{where})"
+
+
 def no_room(store: StoreReader, dataset: str | None, exc: OSError) -> StoreFullError | None:
     """The StoreFullError for `exc` if it says a local store's disk had no room, else None."""
-    if isinstance(exc, StoreFullError) or exc.errno not in _NO_ROOM \
-            or not isinstance(store.root, Path):
+    cause = no_room_cause(exc, f"store {store.root}")
+    if isinstance(exc, StoreFullError) or cause is None or not isinstance(store.root, Path):
         return None
-    cause = _NO_ROOM[exc.errno].format(root=store.root)
-    where = f", writing {exc.filename}" if exc.filename else ""
     state = ""
     if dataset is not None:
         try:
@@ -44,7 +51,7 @@ def no_room(store: StoreReader, dataset: str | None, exc: OSError) -> StoreFullE
         state = (f": dataset {dataset!r} was not created" if head is None else
                  f": dataset {dataset!r} is at version {head}" if head >= 0 else "")
     return StoreFullError(
-        f"{cause} ({exc.strerror or 'no room'}{where}). Nothing was committed{state}. Free "
+        f"{cause}. Nothing was committed{state}. Free "
         f"space on that disk (`df -h {store.root}`) or move the store to a larger one "
         f"(--root, store.root), then run again; `dyngen gc {dataset or 'NAME'}` removes what "
         "failed writes left behind.", exc.errno, exc.strerror, exc.filename)

@@ -1,4 +1,5 @@
-"""A local store whose disk is full, for real: a small tmpfs filled to the last block.
+"""A local store, or a Delta mirror, whose disk is full, for real: a small tmpfs filled to
+the last block.
 
 Mounting needs root (as CI and the development machines run); where `mount` is refused the
 tests fail saying so rather than skip. The file size limit (`ulimit -f`, EFBIG) is the
@@ -43,14 +44,19 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.fail(f"these tests mount a small tmpfs, which needs root: {done.stderr.strip()}")
     try:
         Store(mount / "store").create("ds", verl_rows(4))
-        with open(mount / "filler", "wb", buffering=0) as filler, \
-                pytest.raises(OSError) as raised:
-            while True:
-                filler.write(b"\0" * 4096)
-        assert raised.value.errno == errno.ENOSPC
+        fill(mount)
         yield mount
     finally:
         subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+def fill(mount: Path) -> None:
+    """Write `mount/filler` until the disk has no block left."""
+    with open(mount / "filler", "wb", buffering=0) as filler, \
+            pytest.raises(OSError) as raised:
+        while True:
+            filler.write(b"\0" * 4096)
+    assert raised.value.errno == errno.ENOSPC
 
 
 def test_the_cli_says_the_stores_disk_is_full_and_nothing_was_committed(
@@ -133,3 +139,35 @@ def test_the_file_size_limit_is_reported_as_no_room_too(tmp_path: Path) -> None:
     assert "(File too large)" in message
     assert "Nothing was committed: dataset 'big' was not created" in message
     assert Store(root).head_version("big") is None
+
+
+def test_a_delta_mirror_on_a_full_disk_says_so_and_goes_on_once_space_is_freed(
+        full_disk: Path, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    root, dest = tmp_path / "store", full_disk / "mirror"
+    store = Store(root)
+    store.create("ds", verl_rows(4))
+    export = ["--root", str(root), "export", "ds", str(dest), "--format", "delta"]
+    (full_disk / "filler").unlink()
+    assert CliRunner().invoke(app, export).exit_code == 0
+    fill(full_disk)
+    store.append("ds", verl_rows(3, start=10))
+
+    failed = CliRunner().invoke(app, export)
+    assert failed.exit_code == 2, failed.output
+    message = " ".join(failed.output.split())
+    assert "cannot access" not in message
+    assert f"the disk holding mirror {dest} is full (No space left on device" in message
+    assert "holds version 0 of 'ds': version 1 was not committed" in message
+    assert "run `dyngen export ds` again: it goes on from version 1" in message
+    assert DeltaTable(str(dest)).version() == 0
+
+    (full_disk / "filler").unlink()
+    again = CliRunner().invoke(app, export)
+    assert again.exit_code == 0, again.output
+    table = DeltaTable(str(dest))
+    assert table.version() == 1
+    assert sorted(table.to_pyarrow_table().column("extra_info").to_pylist(),
+                  key=lambda e: e["index"]) == sorted(store.load("ds")["extra_info"],
+                                                      key=lambda e: e["index"])
