@@ -35,8 +35,8 @@ from prefect.client.schemas.filters import (
     DeploymentFilter,
     DeploymentFilterId,
     FlowRunFilter,
+    FlowRunFilterExpectedStartTime,
     FlowRunFilterId,
-    FlowRunFilterNextScheduledStartTime,
     FlowRunFilterState,
     FlowRunFilterStateType,
 )
@@ -56,6 +56,7 @@ logger = logging.getLogger("dyngen.serve")
 # the UI; that call also writes, so the frequent polls are plain reads.
 READY_SECONDS = 10.0
 SHUTDOWN_GRACE_SECONDS = 15.0
+WAITING_RUNS = 50  # the oldest runs waiting, ordered by step before one is claimed
 KILL_GRACE_SECONDS = 10.0
 # What Prefect imports only once a flow runs: imported once in the fork server instead.
 RUN_MODULES = ("prefect.task_engine", "prefect.concurrency.sync",
@@ -71,6 +72,17 @@ class _Child:
     flow_run_id: UUID
     deadline: float  # then SIGTERM; once stopping, then SIGKILL
     ending: State | None = None  # the final state dyngen serve gave the run
+
+
+def _batch_order(run: Any) -> tuple[bool, float, datetime]:
+    """A waiting run's place in line: its trigger's step (runs without one last), then when
+    it was first due."""
+    trigger = (run.parameters or {}).get("trigger")
+    step = trigger.get("step") if isinstance(trigger, dict) else None
+    first_due = run.expected_start_time or datetime.max.replace(tzinfo=timezone.utc)
+    if isinstance(step, bool) or not isinstance(step, (int, float)):
+        return (True, 0.0, first_due)
+    return (False, float(step), first_due)
 
 
 class WarmRunner:
@@ -125,27 +137,36 @@ class WarmRunner:
 
     def _start_due_runs(self, client: SyncPrefectClient, deployment_id: UUID,
                         room: int | None) -> None:
-        """Claim and start the deployment's due runs, at most `room` of them (None: all)."""
+        """Claim and start the deployment's due runs, at most `room` of them (None: all),
+        in the order of their batch ends' steps.
+
+        Prefect's trigger service may create the runs of batch ends sent close together in
+        any order, and a run refused for a full concurrency limit (ENQUEUE) is put back as
+        Scheduled for later (`next_scheduled_start_time`), so the next run due would be a
+        later step's. Here the runs waiting are claimed by their trigger's step (then by
+        when they were first due, `expected_start_time`, which a refusal does not move),
+        and a refusal stops the claiming: no run overtakes one waiting for the slot.
+        """
         runs = client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
             flow_run_filter=FlowRunFilter(
                 state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
-                next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(
+                expected_start_time=FlowRunFilterExpectedStartTime(
                     before_=datetime.now(timezone.utc))),
-            sort=FlowRunSort.NEXT_SCHEDULED_START_TIME_ASC, limit=10)
-        for run in runs:
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=WAITING_RUNS)
+        for run in sorted(runs, key=_batch_order):
             if run.id in self.children:
                 continue
             if room is not None and room <= 0:
                 return
-            # Pending claims the run; a full concurrency limit (ENQUEUE) answers with a
-            # later Scheduled state instead, and the run comes back at that time.
+            # Pending claims the run; a full concurrency limit answers with a later
+            # Scheduled state instead: the run waits, and so do the runs after it.
             try:
                 claimed = propose_state_sync(client, Pending(), flow_run_id=run.id)
             except Abort:  # another process claimed it, or it was deleted
                 continue
             if not claimed.is_pending():
-                continue
+                return
             process = self.context.Process(target=execute_flow_run,
                                            args=(*self.flow_ref, str(run.id)),
                                            name=f"dyngen-run-{run.id}")

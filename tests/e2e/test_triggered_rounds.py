@@ -163,6 +163,11 @@ def test_prefect_deploy_all_with_a_process_worker_runs_an_event_triggered_round(
         finished_runs(auth_server, "deployed", 1)
     finally:
         stop(worker)
+        # The session's server outlives this test: `dyngen serve` in a later one would
+        # rightly refuse to replace a deployment of the work pool.
+        for name in ("generation-round/on-batch-end", "store-maintenance/store-maintenance"):
+            subprocess.run([PREFECT, "deployment", "delete", name], env=env, cwd=REPO,
+                           capture_output=True, timeout=120)
     assert rec.lineage["trigger"]["event_id"] == event_id
     assert rec.lineage["trigger"]["step"] == 7
     # prefect.yaml's defaults: MockDataGenerator re-proposes row 0, which dedup rejects
@@ -211,3 +216,42 @@ def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_go
     assert "delivered 4 queued event(s); 0 still in the outbox" in flushed.stdout
     assert sorted(server_steps(auth_server.api_url, "guarded", 4,
                                auth_server.auth_string)) == [0, 1, 2, 4]
+
+
+
+def test_batch_ends_waiting_for_the_datasets_round_commit_in_step_order(
+        auth_server: LocalServer, tmp_path: Path) -> None:
+    # Prefect's trigger service creates the runs of batch ends sent together in any order,
+    # and puts a run refused the dataset's slot back for later: the rounds waiting behind
+    # one still run in step order.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        FlowRunFilterTags,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    store = seeded(tmp_path, "ordered")
+    log, started, release = tmp_path / "serve.log", tmp_path / "started", tmp_path / "release"
+    config = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=HeldOpen",
+              f"+data.datagen.started={started}", f"+data.datagen.release={release}"]
+    waiting = FlowRunFilter(tags=FlowRunFilterTags(all_=["dataset:ordered"]),
+                            state=FlowRunFilterState(type=FlowRunFilterStateType(
+                                any_=[StateType.SCHEDULED])))
+    with serving(auth_server, store, "ordered", log, config=config):
+        emit_from_another_process(auth_server, "ordered", [1])
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.read_text() == "1", log.read_text()[-4000:]
+        emit_from_another_process(auth_server, "ordered", [2, 3, 4, 5, 6])
+        with auth_server.client_settings(), get_client(sync_client=True) as client:
+            while len(client.read_flow_runs(flow_run_filter=waiting)) < 5:
+                assert time.monotonic() < deadline, "the batch ends' runs were not created"
+                time.sleep(0.2)
+        release.touch()
+        history = wait_for_versions(store, "ordered", 6, log)
+        finished_runs(auth_server, "ordered", 6)
+    assert [r.lineage["trigger"]["step"] for r in history[1:]] == [1, 2, 3, 4, 5, 6]

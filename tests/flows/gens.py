@@ -31,6 +31,19 @@ class UsesContext(AbstractDataGenerator):
         return datasets.Dataset.from_list([row])
 
 
+class HeldOpen(UsesContext):
+    """UsesContext's row, once a `release` file exists; says it started in `started`."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        import time
+
+        Path(self.config.started).write_text(str(context.trigger.step))
+        deadline = time.time() + 120
+        while not Path(self.config.release).exists() and time.time() < deadline:
+            time.sleep(0.05)
+        return super().generate(dataset, context)
+
+
 class ReadsRollouts(AbstractDataGenerator):
     """A row per rollout of the trigger's file (read as generators should: through the
     context), plus UsesContext's row; counts its calls in `calls` when given."""
