@@ -56,6 +56,7 @@ logger = logging.getLogger("dyngen.serve")
 # the UI; that call also writes, so the frequent polls are plain reads.
 READY_SECONDS = 10.0
 SHUTDOWN_GRACE_SECONDS = 15.0
+REFUSED_WAIT_SECONDS = 1.0  # between claims the concurrency limit refuses
 WAITING_RUNS = 50  # the oldest runs waiting, ordered by step before one is claimed
 KILL_GRACE_SECONDS = 10.0
 # What Prefect imports only once a flow runs: imported once in the fork server instead.
@@ -106,6 +107,7 @@ class WarmRunner:
         self.children: dict[UUID, _Child] = {}
         self.stopping = threading.Event()
         self._server_down = False
+        self._claim_after = 0.0  # after a refusal, when to ask for the slot again
 
     def serve(self) -> None:
         """Register the deployment (with its triggers) and run its runs until SIGINT/SIGTERM."""
@@ -147,6 +149,8 @@ class WarmRunner:
         when they were first due, `expected_start_time`, which a refusal does not move),
         and a refusal stops the claiming: no run overtakes one waiting for the slot.
         """
+        if time.monotonic() < self._claim_after:
+            return
         runs = client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
             flow_run_filter=FlowRunFilter(
@@ -165,7 +169,8 @@ class WarmRunner:
                 claimed = propose_state_sync(client, Pending(), flow_run_id=run.id)
             except Abort:  # another process claimed it, or it was deleted
                 continue
-            if not claimed.is_pending():
+            if not claimed.is_pending():  # the slot is taken (a run not of this process?)
+                self._claim_after = time.monotonic() + REFUSED_WAIT_SECONDS
                 return
             process = self.context.Process(target=execute_flow_run,
                                            args=(*self.flow_ref, str(run.id)),
