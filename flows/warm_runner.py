@@ -57,7 +57,7 @@ logger = logging.getLogger("dyngen.serve")
 READY_SECONDS = 10.0
 SHUTDOWN_GRACE_SECONDS = 15.0
 REFUSED_WAIT_SECONDS = 1.0  # between claims the concurrency limit refuses
-WAITING_RUNS = 50  # the oldest runs waiting, ordered by step before one is claimed
+WAITING_RUNS = 50  # the oldest runs waiting, put in line before one is claimed
 KILL_GRACE_SECONDS = 10.0
 # What Prefect imports only once a flow runs: imported once in the fork server instead.
 RUN_MODULES = ("prefect.task_engine", "prefect.concurrency.sync",
@@ -75,15 +75,35 @@ class _Child:
     ending: State | None = None  # the final state dyngen serve gave the run
 
 
-def _batch_order(run: Any) -> tuple[bool, float, datetime]:
-    """A waiting run's place in line: its trigger's step (runs without one last), then when
-    it was first due."""
+def _in_line(runs: list[Any]) -> list[Any]:
+    """The waiting runs in the order to claim them: first come, first served across
+    datasets; within one dataset, by the trigger's step (runs without one last).
+
+    Each dataset's runs keep the places in line they arrived at (their first due times),
+    handed out to them in step order, so a dataset's rounds commit in step order and no
+    dataset waits behind another's lower steps.
+    """
+    groups: dict[str, list[Any]] = {}
+    for run in runs:
+        groups.setdefault(str((run.parameters or {}).get("dataset")), []).append(run)
+    placed: list[tuple[datetime, Any]] = []
+    for group in groups.values():
+        places = sorted(_first_due(run) for run in group)
+        placed += zip(places, sorted(group, key=_step_order), strict=True)
+    return [run for _, run in sorted(placed, key=lambda place: place[0])]
+
+
+def _first_due(run: Any) -> datetime:
+    """When the run was first due (a refusal moves its next start, never this)."""
+    return run.expected_start_time or datetime.max.replace(tzinfo=timezone.utc)
+
+
+def _step_order(run: Any) -> tuple[bool, float, datetime]:
     trigger = (run.parameters or {}).get("trigger")
     step = trigger.get("step") if isinstance(trigger, dict) else None
-    first_due = run.expected_start_time or datetime.max.replace(tzinfo=timezone.utc)
     if isinstance(step, bool) or not isinstance(step, (int, float)):
-        return (True, 0.0, first_due)
-    return (False, float(step), first_due)
+        return (True, 0.0, _first_due(run))
+    return (False, float(step), _first_due(run))
 
 
 class WarmRunner:
@@ -145,9 +165,9 @@ class WarmRunner:
         Prefect's trigger service may create the runs of batch ends sent close together in
         any order, and a run refused for a full concurrency limit (ENQUEUE) is put back as
         Scheduled for later (`next_scheduled_start_time`), so the next run due would be a
-        later step's. Here the runs waiting are claimed by their trigger's step (then by
-        when they were first due, `expected_start_time`, which a refusal does not move),
-        and a refusal stops the claiming: no run overtakes one waiting for the slot.
+        later step's. Here a dataset's runs are claimed by their trigger's step (see
+        `_in_line`), and a refusal stops the claiming: no run overtakes one waiting for
+        the slot.
         """
         if time.monotonic() < self._claim_after:
             return
@@ -158,7 +178,7 @@ class WarmRunner:
                 expected_start_time=FlowRunFilterExpectedStartTime(
                     before_=datetime.now(timezone.utc))),
             sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=WAITING_RUNS)
-        for run in sorted(runs, key=_batch_order):
+        for run in _in_line(runs):
             if run.id in self.children:
                 continue
             if room is not None and room <= 0:
