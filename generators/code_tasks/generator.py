@@ -5,6 +5,7 @@ Each pass asks the model for `proposals_per_seed` programs in the style of each 
 into a task per entry of `tasks`: `deduction` (what does f(input) return? label: the value)
 and, if listed, `abduction` (give an input for which f returns this value; checked by
 running the answer, see reward.py). It repeats, up to max_passes, until min_rows are kept.
+In a round of P partitions each takes every P-th seed and min_rows / P (proposer's seeds).
 
 Config (data.datagen): the model's keys (dyngen.llm); hard_k (8), seed_window (512),
 proposals_per_seed (4), max_new_tokens (160), temperature (0.8), top_p (0.95), seed (0),
@@ -24,7 +25,7 @@ from typing import Any
 import datasets
 
 from dyngen.errors import ConfigError
-from dyngen.llm import MODEL_DEFAULTS, chat_model
+from dyngen.llm import MODEL_DEFAULTS, ChatModel, chat_model
 from dyngen.round.context import RoundContext
 from dyngen.sandbox import ISOLATIONS, require_bwrap
 from generators.base import AbstractDataGenerator, rows_of
@@ -39,7 +40,7 @@ from generators.code_tasks.tasks import (
     normal_form,
     program_of,
 )
-from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.seeds import Seed, min_rows_share, round_seeds
 from generators.schema import rows_as_dataset
 
 logger = logging.getLogger(__name__)
@@ -95,14 +96,19 @@ class CodeTaskProposer(AbstractDataGenerator):
         else:
             logger.warning(UNISOLATED_WARNING)
         rows = rows_of(dataset)
-        rollouts = context.read_rollouts() if context is not None else []
-        k = int(cfg["hard_k"])
-        seeds = (seeds_from_rollouts(rollouts, k) if rollouts
-                 else seeds_from_dataset(rows, k, int(cfg["seed_window"])))
+        seeds = round_seeds(cfg, rows, context)
+        if not seeds:
+            return self._generate(cfg, rows, seeds, context, None)
+        with chat_model(cfg) as model:  # a served model's connections end with the round
+            model.check()  # an endpoint that cannot answer fails the round before any work
+            return self._generate(cfg, rows, seeds, context, model)
+
+    def _generate(self, cfg: dict[str, Any], rows: datasets.Dataset, seeds: list[Seed],
+                  context: RoundContext | None, model: ChatModel | None) -> datasets.Dataset:
+        """Propose, parse and run, pass after pass, from the seeds of this round."""
         seen = _known_programs(seeds, rows, int(cfg["seed_window"]))
-        model = chat_model(cfg) if seeds else None
         round_no = getattr(context, "round", 0)
-        min_rows = int(cfg["min_rows"] if cfg["min_rows"] is not None else k)
+        min_rows = min_rows_share(cfg, context)
         dropped: Counter[str] = Counter()
         new: list[dict[str, Any]] = []
         timing = Counter({"generated_tokens": 0, "generate_seconds": 0.0, "checked": 0,

@@ -51,7 +51,7 @@ from dyngen.round.context import RoundContext
 from generators.base import AbstractDataGenerator, rows_of
 from generators.proposer.checking import Proposal, parse_proposal
 from generators.proposer.sampling import propose
-from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
+from generators.proposer.seeds import Seed, min_rows_share, round_seeds
 from generators.proposer.text import normalise
 from generators.proposer.verifying import verify
 from generators.schema import rows_as_dataset
@@ -100,12 +100,7 @@ class ProposerGenerator(AbstractDataGenerator):
         """New rows with verified labels; sampling repeats (max_passes) until min_rows."""
         cfg = self.settings()
         rows = rows_of(dataset)
-        rollouts = context.read_rollouts() if context is not None else []
-        k = int(cfg["hard_k"])
-        seeds = (seeds_from_rollouts(rollouts, k) if rollouts
-                 else seeds_from_dataset(rows, k, int(cfg["seed_window"])))
-        if context is not None and context.partitions > 1:  # each partition every P-th seed
-            seeds = seeds[context.partition::context.partitions]
+        seeds = round_seeds(cfg, rows, context)
         models: dict[str, ChatModel] = {}
         try:
             return self._generate(cfg, rows, seeds, context, models)
@@ -117,15 +112,12 @@ class ProposerGenerator(AbstractDataGenerator):
                   context: RoundContext | None, models: dict[str, ChatModel]
                   ) -> datasets.Dataset:
         """Sample, parse, verify and keep, pass after pass, from the seeds of this round."""
-        k = int(cfg["hard_k"])
         if seeds:
             models["model"] = model = chat_model(cfg)
             model.check()  # an endpoint that cannot answer fails the round before any work
         name = models["model"].name if seeds else ""
         round_no = getattr(context, "round", 0)
-        min_rows = int(cfg["min_rows"] if cfg["min_rows"] is not None else k)
-        shares = context.partitions if context is not None else 1
-        min_rows = -(-min_rows // shares)  # a partition's share, rounded up
+        min_rows = min_rows_share(cfg, context)
         seen = {normalise(s.question) for s in seeds}
         counts: dict[str, Counter[str]] = {}
         new: list[dict[str, Any]] = []

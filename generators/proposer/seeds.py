@@ -10,14 +10,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datasets
 
 from dyngen.round.rollouts import Rollout
 from generators.proposer.text import normalise, question_of
+
+if TYPE_CHECKING:
+    from dyngen.round.context import RoundContext
 
 
 @dataclass(frozen=True)
@@ -84,3 +87,24 @@ def seeds_from_dataset(rows: datasets.Dataset, k: int, window: int,
         if len(out) == k:
             break
     return out
+
+
+def round_seeds(cfg: Mapping[str, Any], rows: datasets.Dataset,
+                context: RoundContext | None) -> list[Seed]:
+    """This round's seeds (`hard_k`, from the trigger's rollouts, else the newest
+    `seed_window` rows); in a round of P partitions, this partition's every P-th."""
+    rollouts = context.read_rollouts() if context is not None else []
+    k = int(cfg["hard_k"])
+    seeds = (seeds_from_rollouts(rollouts, k) if rollouts
+             else seeds_from_dataset(rows, k, int(cfg["seed_window"])))
+    if context is not None and context.partitions > 1:
+        seeds = seeds[context.partition::context.partitions]
+    return seeds
+
+
+def min_rows_share(cfg: Mapping[str, Any], context: RoundContext | None) -> int:
+    """The rows this partition keeps before it stops sampling: `min_rows` (default
+    `hard_k`) over the round's partitions, rounded up."""
+    min_rows = int(cfg["min_rows"] if cfg["min_rows"] is not None else cfg["hard_k"])
+    shares = context.partitions if context is not None else 1
+    return -(-min_rows // shares)

@@ -11,6 +11,7 @@ from typing import Any
 import datasets
 import pytest
 
+from dyngen.round.context import RoundContext, Trigger
 from dyngen.round.rollouts import RolloutsPolicy
 from generators.proposer import (
     Proposal,
@@ -26,6 +27,7 @@ from generators.proposer import (
     solution_value,
     vote,
 )
+from generators.proposer.seeds import min_rows_share, round_seeds
 from tests.generators.proposer_tasks import HARD, task_row, write_rollouts
 
 
@@ -43,6 +45,22 @@ def test_seeds_from_dataset_lowest_score_first_then_newest() -> None:
     rows[1]["extra_info"]["score"], rows[3]["extra_info"]["score"] = 0.9, 0.2
     seeds = seeds_from_dataset(datasets.Dataset.from_list(rows), 4, window=5)
     assert [s.index for s in seeds] == [3, 1, 5, 4]  # row 0 is outside the window
+
+
+def test_each_partition_of_a_round_takes_every_pth_seed_and_its_share_of_min_rows(
+        tmp_path: Path) -> None:
+    # Both the proposer and the code proposer choose a round's seeds through round_seeds.
+    path = write_rollouts(tmp_path / "r.jsonl")
+    cfg = {"hard_k": 3, "seed_window": 64, "min_rows": None}
+    whole = round_seeds(cfg, datasets.Dataset.from_list([]), RoundContext(
+        "ds", 1, 0, Trigger(rollouts=str(path)), rollouts_policy=RolloutsPolicy((str(tmp_path),))))
+    assert [s.index for s in whole] == [2, 3, 4]
+    parts = [round_seeds(cfg, datasets.Dataset.from_list([]), RoundContext(
+        "ds", 1, 0, Trigger(rollouts=str(path)), partition=p, partitions=2,
+        rollouts_policy=RolloutsPolicy((str(tmp_path),)))) for p in range(2)]
+    assert [[s.index for s in part] for part in parts] == [[2, 4], [3]]
+    assert min_rows_share(cfg, RoundContext("ds", 1, 0, Trigger(), partitions=2)) == 2
+    assert min_rows_share({**cfg, "min_rows": 8}, None) == 8
 
 
 def shape(p: Proposal) -> Any:
