@@ -81,8 +81,8 @@ def sandbox_speed(count: int, workers: int, rounds: int = 5) -> None:
 
 def relabel(rows: list[dict[str, Any]]) -> tuple[int, int]:
     """(rows whose program, re-run in a fresh sandbox, gives their label; rows)."""
+    from dyngen.generators.code_tasks.tasks import literal
     from dyngen.sandbox import run_python, same_value
-    from generators.code_tasks.tasks import literal
 
     def same(row: dict[str, Any]) -> bool:
         info = row["extra_info"]
@@ -98,8 +98,8 @@ def proposals(args: argparse.Namespace, cache: Path) -> None:
     """One generate call on the shipped seed tasks: yield, drops, precision of the labels."""
     import datasets
 
-    from generators.code_tasks import CodeTaskProposer
-    from generators.code_tasks.seed_tasks import SEED_FILE
+    from dyngen.generators.code_tasks import CodeTaskProposer
+    from dyngen.generators.code_tasks.seed_tasks import SEED_FILE
 
     data = datasets.Dataset.from_json(str(SEED_FILE))
     gen = CodeTaskProposer({"cache_dir": str(cache), "hard_k": args.seeds,

@@ -26,14 +26,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from dyngen.generators.arithmetic import arithmetic_task  # noqa: E402
 from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
 from dyngen.store import Store  # noqa: E402
 from dyngen.trainers.events import emit_batch_end, trigger_name  # noqa: E402
 from dyngen.trainers.rollouts import event_id_for  # noqa: E402
 from dyngen.trainers.verl_follow import VerlFollower  # noqa: E402
-from generators.arithmetic import arithmetic_task  # noqa: E402
 
-ROUND = ["data.datagen.path=pkg://generators.arithmetic",
+ROUND = ["data.datagen.path=pkg://dyngen.generators.arithmetic",
          "data.datagen.name=ArithmeticCurriculum"]
 
 

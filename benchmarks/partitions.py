@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 import datasets  # noqa: E402
 
-from generators.base import AbstractDataGenerator  # noqa: E402
+from dyngen.generators.base import AbstractDataGenerator  # noqa: E402
 
 
 class SleepsLikeAModel(AbstractDataGenerator):
@@ -62,8 +62,8 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
     from prefect_ray import RayTaskRunner
 
+    from dyngen.flows.generation_round import generation_round
     from dyngen.store import Store
-    from flows.generation_round import generation_round
 
     ray = {"kind": "ray",
            "init_kwargs": {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}}

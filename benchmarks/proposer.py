@@ -40,7 +40,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import torch, transformers
 t1 = time.perf_counter()
-from generators.proposer import load_model
+from dyngen.generators.proposer import load_model
 load_model({"cache_dir": sys.argv[1]})
 print(json.dumps({"import": t1 - t0, "load": time.perf_counter() - t1}))
 """
@@ -66,6 +66,7 @@ def seed_dataset() -> Any:
 
 def run_round(store: Any, cfg: Any, step: int) -> tuple[int, float, dict[str, Any]]:
     """One round through the Prefect-free stages; (rows kept, seconds, generator stats)."""
+    from dyngen.generators import build_generator
     from dyngen.round import (
         RoundContext,
         Trigger,
@@ -76,7 +77,6 @@ def run_round(store: Any, cfg: Any, step: int) -> tuple[int, float, dict[str, An
         load_head,
         write_round,
     )
-    from generators import build_generator
 
     t0 = time.perf_counter()
     data, parent = load_head(store, "bench")
@@ -92,8 +92,8 @@ def run_round(store: Any, cfg: Any, step: int) -> tuple[int, float, dict[str, An
 def label_precision(show: bool = False) -> None:
     """Each policy's kept fixture tasks: how many, per seed, and the share labelled correct."""
     from benchmarks.proposer_fixture import LABELS, fixture_config, replay, seeds
+    from dyngen.generators.proposer.verifying import verify
     from dyngen.llm import chat_model
-    from generators.proposer.verifying import verify
 
     cfg = fixture_config()
     by_index = {s.index: s for s in seeds()}
@@ -155,8 +155,8 @@ def main() -> None:
         return
 
     from dyngen.config import load_config
+    from dyngen.generators.proposer import ProposerGenerator
     from dyngen.store import Store
-    from generators.proposer import ProposerGenerator
 
     with tempfile.TemporaryDirectory(prefix="dyngen-bench-proposer-") as tmp:
         cache = Path(tmp) / "models"
@@ -184,7 +184,8 @@ def main() -> None:
 
         store = Store(Path(tmp) / "store")
         store.create("bench", data)
-        datagen = {"path": "pkg://generators.proposer", "name": "ProposerGenerator", **shared}
+        datagen = {"path": "pkg://dyngen.generators.proposer",
+        "name": "ProposerGenerator", **shared}
         cfg = load_config(base={"store": {"root": str(store.root)},
                                 "data": {"filter_overlong_prompts": False, "datagen": datagen}})
         print(f"\n{'round':<7}{'rows':>6}{'seconds':>9}{'passes':>8}{'tokens/s':>10}")

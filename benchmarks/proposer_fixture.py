@@ -32,15 +32,15 @@ CACHE = REPO / ".dyngen" / "models"  # the tests' model cache (gitignored)
 
 def fixture_config() -> dict[str, Any]:
     """The generator's defaults on the project's model cache: what the fixture samples with."""
-    from generators.proposer import ProposerGenerator
+    from dyngen.generators.proposer import ProposerGenerator
 
     return ProposerGenerator({"cache_dir": str(CACHE)}).settings()
 
 
 def seeds() -> list[Any]:
     """The fixture's seeds: every task of proposer_seeds.jsonl, in file order."""
+    from dyngen.generators.proposer import seeds_from_rollouts
     from dyngen.round.rollouts import RolloutsPolicy
-    from generators.proposer import seeds_from_rollouts
 
     rollouts = RolloutsPolicy((str(DATA),)).read(str(SEEDS))
     return sorted(seeds_from_rollouts(rollouts, 10**6), key=lambda s: s.index)
@@ -48,7 +48,7 @@ def seeds() -> list[Any]:
 
 def replay(entry: dict[str, Any], seed: Any, cfg: dict[str, Any]) -> Any:
     """What parse_proposal makes of an entry's completion today (the policy's input)."""
-    from generators.proposer import normalise, parse_proposal
+    from dyngen.generators.proposer import normalise, parse_proposal
 
     return parse_proposal(entry["completion"], seed, {normalise(seed.question)}, cfg,
                           random.Random(entry["rng"]))
@@ -60,8 +60,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=LABELS)
     args = ap.parse_args()
 
+    from dyngen.generators.proposer.sampling import propose
     from dyngen.llm import chat_model, seed_int
-    from generators.proposer.sampling import propose
 
     cfg = fixture_config()
     model = chat_model(cfg)

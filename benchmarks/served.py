@@ -76,10 +76,10 @@ def row(tokens: int, secs: float, before: tuple[float, float], after: tuple[floa
 def sent_bodies(url: str, datagen: dict[str, Any], concurrency: int) -> list[dict[str, Any]]:
     """The HTTP bodies the served round sends: its chat requests, split as the client splits
     them on this server (one sample per request where n is not answered in one)."""
+    from dyngen.generators.proposer import ProposerGenerator, seeds_from_dataset
+    from dyngen.generators.proposer.sampling import proposer_requests
     from dyngen.llm import chat_model
     from dyngen.llm.served import _sample_seed
-    from generators.proposer import ProposerGenerator, seeds_from_dataset
-    from generators.proposer.sampling import proposer_requests
 
     cfg = ProposerGenerator(datagen).settings()
     seeds = seeds_from_dataset(seed_dataset(), int(cfg["hard_k"]), int(cfg["seed_window"]))
@@ -134,7 +134,7 @@ def main() -> None:
     from dyngen.llm import chat_model
     from dyngen.store import Store
 
-    sampling = {"path": "pkg://generators.proposer", "name": "ProposerGenerator",
+    sampling = {"path": "pkg://dyngen.generators.proposer", "name": "ProposerGenerator",
                 "max_passes": 1, "seed": 0, "num_threads": args.threads,
                 **({"hard_k": 4, "proposals_per_seed": 2} if args.quick else {})}
     best: dict[str, dict[str, Any]] = {}
@@ -189,7 +189,7 @@ def main() -> None:
           f"best of {args.repeats} (vs bare: median of {args.repeats} pairs). "
           "Targets: served >= 0.90 of bare; client CPU <= 5%.")
     print(f"\nOn a GPU host, serve the proposer with vLLM:\n  {VLLM}\nand point a round at it:"
-          "\n  dyngen round DATASET data.datagen.path=pkg://generators.proposer "
+          "\n  dyngen round DATASET data.datagen.path=pkg://dyngen.generators.proposer "
           "data.datagen.name=ProposerGenerator \\\n    +data.datagen.endpoint=http://GPU-HOST:"
           "8000/v1 +data.datagen.model_name=proposer +data.datagen.api_key_env=DYNGEN_LLM_KEY")
 

@@ -26,10 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from dyngen.generators.arithmetic import arithmetic_task  # noqa: E402
 from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
 from dyngen.store import Store, gc, verify  # noqa: E402
 from dyngen.trainers.events import emit_batch_end, trigger_name  # noqa: E402
-from generators.arithmetic import arithmetic_task  # noqa: E402
 
 WARM = 20
 
@@ -73,7 +73,7 @@ def main() -> None:
         server = LocalServer(root / "prefect", database=args.database).start()
         serve = spawn([sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "serve",
                        "--dataset", "soak", "--isolation", args.isolation,
-                       "data.datagen.path=pkg://generators.arithmetic",
+                       "data.datagen.path=pkg://dyngen.generators.arithmetic",
                        "data.datagen.name=ArithmeticCurriculum"],
                       server.env(PYTHONPATH=str(REPO)), root / "serve.log", cwd=REPO)
         latencies: list[float] = []

@@ -4,7 +4,7 @@ For each database: a local Prefect server (dyngen.server.local), `dyngen serve` 
 dataset, and N rounds of each kind, interleaved so that all see the same conditions:
   empty flow        a flow that does nothing (Prefect's floor)
   same-shape flow   a flow of the round's 7 tasks and 2 artifacts, doing nothing
-  direct round      flows.in_process.run_round: an 8-row round of the arithmetic curriculum
+  direct round      dyngen.flows.in_process.run_round: an 8-row round of the arithmetic curriculum
   served round      emit_batch_end → automation → run → warm child → committed version
 The in-process flows run as a direct round does (without Prefect's heartbeat, whose
 thread the sync engine joins at the end of every run: the "heartbeat on" row shows that
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation  # noqa: E402
 
-ROUND = ["data.datagen.path=pkg://generators.arithmetic",
+ROUND = ["data.datagen.path=pkg://dyngen.generators.arithmetic",
          "data.datagen.name=ArithmeticCurriculum"]
 BACKOFF_LINE = "Encountered retryable exception in request"
 # Prefect 3.9's defaults for what dyngen.server.local.SERVER_BATCHING changes.
@@ -50,9 +50,9 @@ def measure(database: str, events: int, isolation: str, workdir: Path) -> dict:
     os.environ["PREFECT_SERVER_LOG_RETRYABLE_ERRORS"] = "true"
     server = LocalServer(workdir / "prefect", database=database).start()
     os.environ.update(server.env())
+    from dyngen.generators.arithmetic import arithmetic_task
     from dyngen.store import Store
     from dyngen.trainers.events import emit_batch_end, trigger_name
-    from generators.arithmetic import arithmetic_task
 
     store = Store(workdir / "store")
     rng = random.Random(0)
@@ -89,7 +89,7 @@ def _kinds(store, emit_batch_end, api_url: str) -> dict[str, Callable[[int], Non
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    from flows.in_process import run_round
+    from dyngen.flows.in_process import run_round
 
     @task
     def stage() -> None:
@@ -114,7 +114,7 @@ def _kinds(store, emit_batch_end, api_url: str) -> dict[str, Callable[[int], Non
         return call
 
     config = {"store": {"root": str(store.root)},
-              "data": {"datagen": {"path": "pkg://generators.arithmetic",
+              "data": {"datagen": {"path": "pkg://dyngen.generators.arithmetic",
                                    "name": "ArithmeticCurriculum"}}}
 
     def served(step: int) -> None:

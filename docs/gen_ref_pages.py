@@ -8,12 +8,13 @@ dependencies (torch, ray, trl, verl) are not installed still get their page.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import mkdocs_gen_files
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dyngen", "generators", "flows", "tasks")
+PACKAGES = ("dyngen",)
 OUT = Path("reference", "api")
 
 nav = mkdocs_gen_files.Nav()
@@ -32,10 +33,20 @@ for package in PACKAGES:
         with mkdocs_gen_files.open(OUT / page, "w") as fd:
             fd.write(f"# `{'.'.join(parts)}`\n\n::: {'.'.join(parts)}\n")
 
+# The public API: the names `from dyngen import ...` gives, and only those (dyngen's
+# `_public_api` table, read from the source so the page cannot drift from it).
+public = ast.literal_eval(next(
+    node.value for node in ast.parse((ROOT / "dyngen" / "__init__.py").read_text()).body
+    if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "_public_api"))
 with mkdocs_gen_files.open(OUT / "index.md", "w") as fd:
-    fd.write("# API reference\n\nGenerated from the docstrings, one page per module. The "
-             "import direction is `flows → tasks → dyngen, generators`.\n\n")
-    fd.writelines(f"- [`{package}`]({package}/index.md)\n" for package in PACKAGES)
+    fd.write("# API reference\n\nThe public API is what `from dyngen import ...` gives:\n\n"
+             "```python\nfrom dyngen import (" + ", ".join(public) + ")\n```\n\n"
+             "Everything else is free to move. The modules' own pages follow in the "
+             "navigation; the import direction is `dyngen.flows → dyngen.tasks → the rest "
+             "of dyngen`.\n\n")
+    for name, module in public.items():
+        fd.write(f"## `{name}`\n\n::: {module}.{name}\n    options:\n"
+                 "      show_root_heading: false\n\n")
 
 with mkdocs_gen_files.open(OUT / "SUMMARY.md", "w") as fd:
     fd.write("* [Overview](index.md)\n")

@@ -1,79 +1,66 @@
 """dyngen: grow an RL training dataset while the model trains, one recorded round at a time.
 
-The packages, by what they are for:
-  store/     the versioned dataset store        round/     a generation round's core
-  filters/   the round's row filters            config/    the configuration
-  llm/       asking a chat model                sandbox/   running model-written code
-  trainers/  the trainer side: datasets, events, verl and TRL
-  server/    the local Prefect server, PostgreSQL, auth   cli/  the `dyngen` command
-  mirror/    copies other engines read          report/    a dataset's history as a page
+The public API is the names below, imported on first use so that `import dyngen` stays
+cheap (no Prefect, datasets or torch until a name needs them):
 
-Modules that moved into these packages keep their old import paths: `import dyngen.events`
-gives the very module `dyngen.trainers.events` (not a copy), so code and configs written
-against the old paths, and tests that patch them, keep working.
+    from dyngen import AbstractDataGenerator, MockDataGenerator, RoundContext, RowFilter
+    from dyngen import Store, run_round, emit_batch_end, DyngenDataset
+
+The packages, by what they are for:
+  store/       the versioned dataset store        round/     a generation round's core
+  filters/     the round's row filters            config/    the configuration
+  generators/  the generator contract, the loader and the built-in generators
+  tasks/       one Prefect task per stage         flows/     the Prefect flows
+  llm/         asking a chat model                sandbox/   running model-written code
+  trainers/    the trainer side: datasets, events, verl and TRL
+  server/      the local Prefect server, PostgreSQL, auth   cli/  the `dyngen` command
+  mirror/      copies other engines read          report/    a dataset's history as a page
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import sys
-from types import ModuleType
 
-# Old module path -> where the module lives now.
-MOVED_MODULES = {
-    "dyngen.cli_rounds": "dyngen.cli.rounds",
-    "dyngen.cli_trainers": "dyngen.cli.trainers",
-    "dyngen.cli_maintenance": "dyngen.cli.maintenance",
-    "dyngen.cli_support": "dyngen.cli.support",
-    "dyngen.demo": "dyngen.cli.demo",
-    "dyngen.local_server": "dyngen.server.local",
-    "dyngen.postgres": "dyngen.server.postgres",
-    "dyngen.server_auth": "dyngen.server.auth",
-    "dyngen.processes": "dyngen.server.processes",
-    "dyngen.dataset": "dyngen.trainers.dataset",
-    "dyngen.verl_format": "dyngen.trainers.verl_format",
-    "dyngen.events": "dyngen.trainers.events",
-    "dyngen.outbox": "dyngen.trainers.outbox",
-    "dyngen.integrations": "dyngen.trainers",
-    "dyngen.integrations.trl": "dyngen.trainers.trl",
-    "dyngen.integrations.verl": "dyngen.trainers.verl_follow",
-    "dyngen.integrations.verl_files": "dyngen.trainers.verl_files",
-    "dyngen.integrations.rollouts": "dyngen.trainers.rollouts",
-    "dyngen.context": "dyngen.round.context",
-    "dyngen.lineage": "dyngen.round.lineage",
-    "dyngen.partitions": "dyngen.round.partitions",
-    "dyngen.task_runners": "dyngen.round.task_runners",
-    "dyngen.rollouts": "dyngen.round.rollouts",
+# typing is not imported at run time: `import dyngen` stays as cheap as an empty package.
+TYPE_CHECKING = False
+
+# Public name -> the module that defines it.
+_public_api: dict[str, str] = {
+    "AbstractDataGenerator": "dyngen.generators.base",
+    "MockDataGenerator": "dyngen.generators.base",
+    "RoundContext": "dyngen.round.context",
+    "RowFilter": "dyngen.filters.base",
+    "Store": "dyngen.store.store",
+    "run_round": "dyngen.flows.in_process",
+    "emit_batch_end": "dyngen.trainers.events",
+    "DyngenDataset": "dyngen.trainers.dataset",
 }
 
+__all__ = [
+    "AbstractDataGenerator", "DyngenDataset", "MockDataGenerator", "RoundContext", "RowFilter",
+    "Store", "emit_batch_end", "run_round",
+]
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports an old module path as the module now at its new one (the same object)."""
+if TYPE_CHECKING:
+    from typing import Any
 
-    def __init__(self) -> None:
-        self.specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
-
-    def find_spec(self, fullname: str, path: object = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED_MODULES:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, self)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        module = importlib.import_module(MOVED_MODULES[spec.name])
-        self.specs[spec.name] = module.__spec__
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        # The import system set the old name's spec on the module: give it its own back.
-        assert module.__spec__ is not None
-        module.__spec__ = self.specs.pop(module.__spec__.name, module.__spec__)
+    from dyngen.filters.base import RowFilter
+    from dyngen.flows.in_process import run_round
+    from dyngen.generators.base import AbstractDataGenerator, MockDataGenerator
+    from dyngen.round.context import RoundContext
+    from dyngen.store.store import Store
+    from dyngen.trainers.dataset import DyngenDataset
+    from dyngen.trainers.events import emit_batch_end
 
 
-if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-    # First: a path finder would otherwise load a second copy of an old sub-module path
-    # (dyngen.integrations.trl) from the new package's folder.
-    sys.meta_path.insert(0, _MovedModules())
+def __getattr__(name: str) -> Any:
+    module = _public_api.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dyngen' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_public_api))

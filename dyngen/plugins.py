@@ -90,6 +90,7 @@ def _import_package_module(where: _Where) -> ModuleType:
     dotted = path[len(PKG_PREFIX) :].strip("/").replace("/", ".")
     if not dotted:
         raise GeneratorError(f"{key}.path {path!r} names no module; expected {PATH_FORMS}.")
+    _refuse_moved_path(dotted, where)
     try:
         return importlib.import_module(dotted)
     except ModuleNotFoundError as exc:
@@ -104,6 +105,31 @@ def _import_package_module(where: _Where) -> ModuleType:
         raise _import_failed(where, exc) from exc
     except Exception as exc:
         raise _import_failed(where, exc) from exc
+
+
+# Top-level packages dyngen once installed beside itself, now inside it.
+MOVED_PACKAGES = ("generators", "tasks", "flows")
+
+
+def _refuse_moved_path(dotted: str, where: _Where) -> None:
+    """A path from before dyngen's packages moved inside it (``pkg://generators.proposer``)
+    fails at once, naming the new one, unless a module of that name is the user's own."""
+    if dotted.split(".")[0] not in MOVED_PACKAGES or _module_exists(dotted):
+        return
+    if not _module_exists(f"dyngen.{dotted}"):
+        return
+    raise GeneratorNotFoundError(
+        f"{where.key}.path={where.path!r} is the path dyngen's built-in {where.kind}s had "
+        f"before they moved into the dyngen package; expected "
+        f"'{PKG_PREFIX}dyngen.{dotted}'. Set {where.key}.path={PKG_PREFIX}dyngen.{dotted}."
+    )
+
+
+def _module_exists(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _import_file_module(where: _Where) -> ModuleType:

@@ -17,8 +17,8 @@ from typing import Any
 
 import datasets
 
+from dyngen import AbstractDataGenerator
 from dyngen.llm import MODEL_DEFAULTS, ChatRequest, chat_model, seed_int
-from generators.base import AbstractDataGenerator
 
 ASK = "In one short sentence, give a student a tip for solving this problem:\n"
 

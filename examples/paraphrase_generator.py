@@ -16,8 +16,7 @@ from typing import Any
 
 import datasets
 
-from dyngen.round.context import RoundContext
-from generators.base import AbstractDataGenerator
+from dyngen import AbstractDataGenerator, RoundContext
 
 TEMPLATES = ["Please solve: {q}", "{q} Think step by step.", "Here is a problem. {q}"]
 

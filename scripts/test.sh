@@ -12,7 +12,7 @@ if ! command -v postgres >/dev/null && ! compgen -G "/usr/lib/postgresql/*/bin/p
     missing+=(postgresql)  # tests/e2e/test_postgres.py
 fi
 if ! command -v bwrap >/dev/null; then
-    missing+=(bubblewrap)  # tests/sandbox, generators.code_tasks
+    missing+=(bubblewrap)  # tests/sandbox, dyngen.generators.code_tasks
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then

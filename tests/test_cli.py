@@ -48,8 +48,8 @@ def seeded(root: Path, seed_file: Path) -> Store:
                  "row": json.dumps(verl_row(99, content="a very long prompt"))}]
     store.append("ds", verl_rows(2, start=5, source="gen"), rejected=rejected,
                  generator="MockDataGenerator", round_id="round-abcdef123456", lineage={
-                     "generator": {"class": "generators.base.MockDataGenerator",
-                                   "path": "pkg://generators.base", "config_hash": "f00"},
+                     "generator": {"class": "dyngen.generators.base.MockDataGenerator",
+                                   "path": "pkg://dyngen.generators.base", "config_hash": "f00"},
                      "trigger": {"event_id": "evt-0123456789", "step": 12, "metrics": {}},
                      "counts": {"generated": 4, "kept": 2,
                                 "rejected": {"overlong_prompt": 1, "duplicate": 1}},
@@ -102,7 +102,7 @@ def test_log_shows_lineage_and_row_delta(root: Path, seeded: Store) -> None:
     for expected in ("7 (+2)", "MockDataGenerator", "step 12", "evt-0123", "kept 2/4",
                      "duplicate 1", "overlong_prompt 1", "run-9876"):
         assert expected in line
-    assert "generators.base" not in line and "run-98765" not in line
+    assert "dyngen.generators.base" not in line and "run-98765" not in line
 
 
 def test_log_json_prints_one_record_per_line(root: Path, seeded: Store) -> None:

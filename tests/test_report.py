@@ -25,7 +25,7 @@ CHARTS = ("rows", "counts", "metrics", "state", "timings")
 
 
 def round_lineage(step: int, kept: int, rejected: dict[str, int], **extra: Any) -> dict:
-    """A generation round's lineage, as flows/generation_round.py records it."""
+    """A generation round's lineage, as dyngen/flows/generation_round.py records it."""
     return {"counts": {"generated": kept + sum(rejected.values()), "kept": kept,
                        "rejected": rejected},
             "trigger": {"event_id": f"e{step}", "step": step, "metrics": {"score": step / 10}},

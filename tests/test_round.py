@@ -12,9 +12,9 @@ import pytest
 
 from dyngen.errors import GeneratorOutputError, TriggerError
 from dyngen.filters import run_filters
+from dyngen.generators.base import AbstractDataGenerator, MockDataGenerator
 from dyngen.round import RoundContext, Trigger, call_generator, commit_round, rows_from_output
 from dyngen.store import Store, gc
-from generators.base import AbstractDataGenerator, MockDataGenerator
 from tests.rows import verl_rows
 
 ROWS = verl_rows(2)
@@ -116,7 +116,8 @@ def test_lineage_saves_the_generators_state_and_stats_as_json() -> None:
     gen.state = {"level": 3}
     gen.stats = {"methods": {"computed": {"proposed": 4, "kept": 1,
                                           "dropped": {"not_verified": 3}}}, "at": Path("/x")}
-    datagen = OmegaConf.create({"path": "pkg://generators.base", "name": "MockDataGenerator"})
+    datagen = OmegaConf.create({"path": "pkg://dyngen.generators.base",
+                                "name": "MockDataGenerator"})
     lineage = generator_lineage(datagen, gen)
     assert lineage["state"] == {"level": 3}
     assert lineage["stats"] == {"methods": {"computed": {"proposed": 4, "kept": 1,

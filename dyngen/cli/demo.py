@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import yaml
 from rich.console import Console
 
+from dyngen.generators.arithmetic import arithmetic_task
 from dyngen.report import write_report
 from dyngen.round.lineage import history_table
 from dyngen.server.local import LocalServer, wait_for_automation
@@ -28,7 +29,6 @@ from dyngen.server.processes import spawn, stop
 from dyngen.store import Store, VersionRecord, verify
 from dyngen.trainers.events import emit_batch_end, trigger_name
 from dyngen.trainers.verl_format import import_files
-from generators.arithmetic import arithmetic_task
 
 DATASET = "arith-demo"
 ROUND_TIMEOUT_SECONDS = 120.0
@@ -39,7 +39,7 @@ def demo_config(store_root: Path) -> dict:
     return {
         "store": {"root": str(store_root)},
         "data": {"filter_overlong_prompts": False,
-                 "datagen": {"path": "pkg://generators.arithmetic",
+                 "datagen": {"path": "pkg://dyngen.generators.arithmetic",
                              "name": "ArithmeticCurriculum", "tasks_per_round": 8,
                              "target_score": 0.6}},
     }

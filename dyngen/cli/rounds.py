@@ -25,7 +25,7 @@ def round_(
 ) -> None:
     """Run one generation round now, as a Prefect flow run, and print what it committed."""
     from dyngen.config import round_params
-    from flows.in_process import run_round
+    from dyngen.flows.in_process import run_round
 
     state = get_state(ctx)
     # The user at this shell names the rollouts file, not an event: its folder is allowed
@@ -68,7 +68,7 @@ def serve_(
 ) -> None:
     """Serve the generation round with its batch-end event trigger until interrupted."""
     from dyngen.config import round_params
-    from flows.serve import serve_rounds
+    from dyngen.flows.serve import serve_rounds
 
     state = get_state(ctx)
     # Absolute: each run starts in another folder.

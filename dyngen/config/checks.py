@@ -104,7 +104,7 @@ RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         "data.datagen.path",
         non_empty,
         "a generator location (a file path, file://… or pkg://module)",
-        "data.datagen.path=pkg://generators.base",
+        "data.datagen.path=pkg://dyngen.generators.base",
     ),
     (
         "data.datagen.name",

@@ -35,7 +35,7 @@ class StoreConfig:
 class DatagenConfig:
     """The generator class (verl's ``data.datagen``); open to the generator's own keys."""
 
-    path: str = "pkg://generators.base"
+    path: str = "pkg://dyngen.generators.base"
     name: str = "MockDataGenerator"
 
 

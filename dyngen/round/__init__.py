@@ -1,7 +1,7 @@
 """A generation round's core, free of Prefect: its inputs, its stages, its generator.
 
 The stages (load → generate → filter → concat → version) are plain functions here;
-`tasks/` wraps each in a Prefect task and `flows/generation_round.py` chains them. The
+`tasks/` wraps each in a Prefect task and `dyngen/flows/generation_round.py` chains them. The
 trigger and context are in `dyngen.round.context`, the filter chain in `dyngen.filters.chain`,
 the round's lineage and its renderings in `dyngen.round.lineage`.
 """

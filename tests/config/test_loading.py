@@ -32,7 +32,7 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "filter_overlong_prompts": False,
             "apply_chat_template_kwargs": {},
             "tokenizer": None,
-            "datagen": {"path": "pkg://generators.base", "name": "MockDataGenerator"},
+            "datagen": {"path": "pkg://dyngen.generators.base", "name": "MockDataGenerator"},
         },
         "round": {
             "retries": 2,
@@ -180,7 +180,7 @@ def test_extra_datagen_keys_from_overrides(prefix: str) -> None:
         ]
     )
     assert OmegaConf.to_container(cfg.data.datagen) == {
-        "path": "pkg://generators.base",
+        "path": "pkg://dyngen.generators.base",
         "name": "Foo",
         "seed": 3,
         "sampling": {"temperature": 0.5},
@@ -190,7 +190,7 @@ def test_extra_datagen_keys_from_overrides(prefix: str) -> None:
 def test_datagen_mapping_override_merges_into_the_section() -> None:
     cfg = load_config(overrides=["data.datagen={name: Foo, seed: 1}"])
     assert OmegaConf.to_container(cfg.data.datagen) == {
-        "path": "pkg://generators.base",
+        "path": "pkg://dyngen.generators.base",
         "name": "Foo",
         "seed": 1,
     }

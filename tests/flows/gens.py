@@ -8,7 +8,7 @@ from typing import Any
 
 import datasets
 
-from generators.base import AbstractDataGenerator, rows_of
+from dyngen.generators.base import AbstractDataGenerator, rows_of
 from tests.rows import verl_row
 
 

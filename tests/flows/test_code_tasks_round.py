@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from dyngen.flows.generation_round import generation_round
+from dyngen.generators.code_tasks import ABDUCTION, DEDUCTION
+from dyngen.generators.code_tasks.reward import compute_score
+from dyngen.generators.code_tasks.seed_tasks import PROGRAMS, SEED_FILE
+from dyngen.generators.code_tasks.tasks import literal
 from dyngen.sandbox import run_python, same_value
 from dyngen.store import Store
 from dyngen.trainers.verl_format import import_files
-from flows.generation_round import generation_round
-from generators.code_tasks import ABDUCTION, DEDUCTION
-from generators.code_tasks.reward import compute_score
-from generators.code_tasks.seed_tasks import PROGRAMS, SEED_FILE
-from generators.code_tasks.tasks import literal
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 CACHE = str(Path(__file__).resolve().parents[2] / ".dyngen" / "models")
@@ -26,7 +26,7 @@ def test_a_round_commits_code_tasks_whose_labels_re_execute(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     store = Store(tmp_path / "store")
     import_files(store, "code", [SEED_FILE])
-    datagen = {"path": "pkg://generators.code_tasks", "name": "CodeTaskProposer",
+    datagen = {"path": "pkg://dyngen.generators.code_tasks", "name": "CodeTaskProposer",
                "cache_dir": CACHE, "hard_k": 2, "proposals_per_seed": 3, "max_new_tokens": 80,
                "max_passes": 2, "min_rows": 1, "tasks": [DEDUCTION, ABDUCTION], "seed": 5}
     config = {"store": {"root": str(store.root)},

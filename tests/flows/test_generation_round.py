@@ -13,8 +13,8 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRun
 from typer.testing import CliRunner
 
 from dyngen.cli import app
+from dyngen.flows.generation_round import generation_round
 from dyngen.store import Store, gc, verify
-from flows.generation_round import generation_round
 from tests.rows import verl_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -130,7 +130,7 @@ def test_a_generator_that_always_raises_fails_the_run_and_commits_nothing(store:
 
 def test_mock_generator_commits_a_version_with_one_duplicate_rejected(store: Store) -> None:
     cfg = config(store)
-    cfg["data"]["datagen"] = {"path": "pkg://generators.base", "name": "MockDataGenerator"}
+    cfg["data"]["datagen"] = {"path": "pkg://dyngen.generators.base", "name": "MockDataGenerator"}
     result = generation_round("ds", cfg)
     assert (result["version"], result["rows"]) == (1, 4)
     assert result["counts"] == {"generated": 1, "kept": 0, "rejected": {"duplicate": 1}}
@@ -150,7 +150,8 @@ def test_dedup_reads_the_prompt_column_the_dataset_was_imported_with(tmp_path: P
     import_files(store, "q", [str(src)], prompt_key="question")
     cfg = config(store)
     cfg["data"].update(prompt_key="question",
-                       datagen={"path": "pkg://generators.base", "name": "MockDataGenerator"})
+                       datagen={"path": "pkg://dyngen.generators.base",
+                               "name": "MockDataGenerator"})
     result = generation_round("q", cfg)
     assert result["counts"] == {"generated": 1, "kept": 0, "rejected": {"duplicate": 1}}
     cfg["data"]["prompt_key"] = "prompt"
@@ -285,7 +286,7 @@ def test_cli_round_runs_a_flow_and_prints_the_commit(store: Store, tmp_path: Pat
 
 _ROUND_IN_PROCESS = """
 import json, sys
-from flows.generation_round import generation_round
+from dyngen.flows.generation_round import generation_round
 print(json.dumps(generation_round("ds", json.loads(sys.argv[1]), {"step": int(sys.argv[2])})))
 """
 

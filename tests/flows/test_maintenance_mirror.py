@@ -8,8 +8,8 @@ import pytest
 from deltalake import DeltaTable
 
 from dyngen.errors import ConfigError
+from dyngen.flows.maintenance import maintain_store
 from dyngen.store import Store
-from flows.maintenance import maintain_store
 from tests.mirror.test_delta import as_multiset, delta_rows
 from tests.rows import verl_rows
 

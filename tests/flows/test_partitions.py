@@ -14,10 +14,10 @@ import pytest
 from dyngen.config import load_config
 from dyngen.errors import ConfigError, MissingDependencyError
 from dyngen.filters import RowBatch
+from dyngen.flows.generation_round import generation_round
 from dyngen.round.partitions import union_rows
 from dyngen.round.task_runners import build_task_runner
 from dyngen.store import Store, gc, verify
-from flows.generation_round import generation_round
 from tests.rows import verl_row, verl_rows
 
 

@@ -20,9 +20,9 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterFlowRunId
 
 from dyngen.errors import ConfigError
+from dyngen.flows.generation_round import generation_round
 from dyngen.server.local import LocalServer
 from dyngen.store import Store, verify
-from flows.generation_round import generation_round
 from tests.flows.test_partitions import calls_of, partitioned_config, seeded_store
 
 pytestmark = pytest.mark.usefixtures("prefect_server", "local_ray")
@@ -148,7 +148,7 @@ from pathlib import Path
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from dyngen.store import Store
-from flows.in_process import run_round
+from dyngen.flows.in_process import run_round
 from tests.flows.test_partitions import partitioned_config
 root, folder, address = sys.argv[1:]
 cfg = partitioned_config(Store(root), Path(folder), 2)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from dyngen.flows.generation_round import generation_round
+from dyngen.flows.maintenance import maintain_store
 from dyngen.store import Store, verify
-from flows.generation_round import generation_round
-from flows.maintenance import maintain_store
 from tests.reliability.helpers import round_config
 from tests.rows import verl_rows
 

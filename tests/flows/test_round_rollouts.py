@@ -15,9 +15,9 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from typer.testing import CliRunner
 
 from dyngen.cli import app
+from dyngen.flows.generation_round import generation_round
 from dyngen.store import Store
 from dyngen.trainers.rollouts import rollouts_dir
-from flows.generation_round import generation_round
 from tests.rows import verl_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")

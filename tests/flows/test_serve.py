@@ -7,8 +7,8 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 
 from dyngen.errors import ConfigError
-from flows.generation_round import generation_round
-from flows.serve import DEPLOYMENT_NAME, serve_rounds
+from dyngen.flows.generation_round import generation_round
+from dyngen.flows.serve import DEPLOYMENT_NAME, serve_rounds
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -20,7 +20,7 @@ def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_w
         flow_id = client.create_flow_from_name(generation_round.name)
         deployment_id = client.create_deployment(
             flow_id, DEPLOYMENT_NAME, work_pool_name="dyngen-pool",
-            entrypoint="flows/generation_round.py:generation_round")
+            entrypoint="dyngen/flows/generation_round.py:generation_round")
     try:
         with pytest.raises(ConfigError) as err:
             serve_rounds("ds", {})
@@ -30,7 +30,7 @@ def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_w
         with get_client(sync_client=True) as client:
             kept = client.read_deployment(deployment_id)
         assert kept.work_pool_name == "dyngen-pool"
-        assert kept.entrypoint == "flows/generation_round.py:generation_round"
+        assert kept.entrypoint == "dyngen/flows/generation_round.py:generation_round"
     finally:
         with get_client(sync_client=True) as client:
             client.delete_deployment(deployment_id)

@@ -10,9 +10,9 @@ import datasets
 import pytest
 from omegaconf import OmegaConf
 
+from dyngen.generators.base import AbstractDataGenerator
 from dyngen.round import call_generator, generator_lineage
 from dyngen.round.context import RoundContext, Trigger
-from generators.base import AbstractDataGenerator
 
 VERL_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import datasets
 
-from generators.proposer import PROVENANCE_FEATURES
+from dyngen.generators.proposer import PROVENANCE_FEATURES
 
 # Eight hard arithmetic word problems (the lowest scores of the batch) and their answers.
 HARD = [

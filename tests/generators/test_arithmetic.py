@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from dyngen.generators.arithmetic import LEVELS, ArithmeticCurriculum, arithmetic_task, evaluate
 from dyngen.round import RoundContext, Trigger
 from dyngen.store import Store
-from generators.arithmetic import LEVELS, ArithmeticCurriculum, arithmetic_task, evaluate
 from tests.generators.contract import GeneratorContract
 
 
@@ -68,12 +68,12 @@ def seed_dataset():
 def test_level_follows_the_score_across_restarts(tmp_path: Path) -> None:
     """Each round runs with a freshly built generator (as after a restart): the level can
     only come from the lineage of the dataset's earlier versions."""
-    from flows.generation_round import generation_round
+    from dyngen.flows.generation_round import generation_round
 
     store = Store(tmp_path)
     store.create("ds", [arithmetic_task(random.Random(0), i, 1, "seed") for i in range(4)])
     config = {"store": {"root": str(tmp_path)},
-              "data": {"datagen": {"path": "pkg://generators.arithmetic",
+              "data": {"datagen": {"path": "pkg://dyngen.generators.arithmetic",
                                    "name": "ArithmeticCurriculum", "tasks_per_round": 4}}}
     scores = [0.9, 0.95, 0.8, 0.2, 0.1, None]
     for step, score in enumerate(scores, start=1):

@@ -12,13 +12,13 @@ import datasets
 import pytest
 
 from dyngen.errors import ConfigError
+from dyngen.generators.code_tasks import UNISOLATED_WARNING, CodeTaskProposer
+from dyngen.generators.code_tasks.checking import check_candidates
+from dyngen.generators.code_tasks.proposing import Candidate, messages_for, parse_candidate
+from dyngen.generators.code_tasks.seed_tasks import PROGRAMS, SEED_FILE, seed_rows
+from dyngen.generators.code_tasks.tasks import deduction_prompt, literal, normal_form, program_of
+from dyngen.generators.proposer.seeds import Seed
 from dyngen.sandbox import SandboxUnavailableError, probe, run_python, same_value
-from generators.code_tasks import UNISOLATED_WARNING, CodeTaskProposer
-from generators.code_tasks.checking import check_candidates
-from generators.code_tasks.proposing import Candidate, messages_for, parse_candidate
-from generators.code_tasks.seed_tasks import PROGRAMS, SEED_FILE, seed_rows
-from generators.code_tasks.tasks import deduction_prompt, literal, normal_form, program_of
-from generators.proposer.seeds import Seed
 
 CFG = CodeTaskProposer({}).settings()
 
@@ -138,7 +138,7 @@ def test_where_bwrap_cannot_run_a_round_refuses_before_loading_the_model(
 def test_an_unisolated_round_warns_every_time(caplog: pytest.LogCaptureFixture) -> None:
     gen = CodeTaskProposer({"sandbox": "unisolated"})
     empty = datasets.Dataset.from_list([])  # no seeds: no model needed
-    with caplog.at_level(logging.WARNING, logger="generators.code_tasks.generator"):
+    with caplog.at_level(logging.WARNING, logger="dyngen.generators.code_tasks.generator"):
         for _ in range(2):
             assert len(gen.generate(empty)) == 0
             assert gen.stats["sandbox"] == "unisolated"

@@ -10,9 +10,9 @@ import datasets
 import pytest
 
 from dyngen.errors import ConfigError
-from generators.code_tasks.reward import code_task_reward, compute_score, final_answer
-from generators.code_tasks.seed_tasks import SEED_FILE
-from generators.code_tasks.tasks import ABDUCTION, abduction_prompt
+from dyngen.generators.code_tasks.reward import code_task_reward, compute_score, final_answer
+from dyngen.generators.code_tasks.seed_tasks import SEED_FILE
+from dyngen.generators.code_tasks.tasks import ABDUCTION, abduction_prompt
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".dyngen" / "models"

@@ -11,14 +11,14 @@ from typing import Any
 import datasets
 import pytest
 
+from dyngen.generators.code_tasks import ABDUCTION, DEDUCTION, CodeTaskProposer
+from dyngen.generators.code_tasks.reward import compute_score
+from dyngen.generators.code_tasks.seed_tasks import SEED_FILE
+from dyngen.generators.code_tasks.tasks import literal, normal_form
 from dyngen.llm.weights import load_model
 from dyngen.round import RoundContext, Trigger
 from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.sandbox import run_python, same_value
-from generators.code_tasks import ABDUCTION, DEDUCTION, CodeTaskProposer
-from generators.code_tasks.reward import compute_score
-from generators.code_tasks.seed_tasks import SEED_FILE
-from generators.code_tasks.tasks import literal, normal_form
 from tests.generators.contract import GeneratorContract, assert_verl_row
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from dyngen.generators.loader import load_generator_class
 from dyngen.store import Store
-from generators.loader import load_generator_class
 from tests.generators.contract import GeneratorContract
 from tests.rows import verl_rows
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,15 +16,15 @@ from dyngen.errors import (
     GeneratorNotFoundError,
     GeneratorTypeError,
 )
-from generators import AbstractDataGenerator, MockDataGenerator, build_generator
-from generators import load_generator_class as load
+from dyngen.generators import AbstractDataGenerator, MockDataGenerator, build_generator
+from dyngen.generators import load_generator_class as load
 from tests.generators.contract import make_seed_dataset
 from tests.support import write
 
-BASE = "generators.base.AbstractDataGenerator"
+BASE = "dyngen.generators.base.AbstractDataGenerator"
 
 GOOD_SOURCE = """
-from generators.base import AbstractDataGenerator
+from dyngen.generators.base import AbstractDataGenerator
 
 VALUE = "{value}"
 
@@ -62,7 +63,7 @@ def test_loads_from_file_url(gen_file: Path) -> None:
     assert load(f"file://{gen_file}", "EchoGenerator").__name__ == "EchoGenerator"
 
 
-@pytest.mark.parametrize("path", ["pkg://generators.base", "pkg://generators/base"])
+@pytest.mark.parametrize("path", ["pkg://dyngen.generators.base", "pkg://dyngen.generators/base"])
 def test_loads_from_package(path: str) -> None:
     assert load(path, "MockDataGenerator") is MockDataGenerator
 
@@ -100,7 +101,7 @@ def test_build_generator_passes_datagen_subtree(gen_file: Path) -> None:
 
 def test_build_generator_converts_dict_to_dictconfig() -> None:
     generator = build_generator(
-        {"path": "pkg://generators.base", "name": "MockDataGenerator", "seed": 3}
+        {"path": "pkg://dyngen.generators.base", "name": "MockDataGenerator", "seed": 3}
     )
     assert isinstance(generator, MockDataGenerator)
     assert isinstance(generator.config, DictConfig) and generator.config.seed == 3
@@ -130,7 +131,7 @@ def test_directory_is_not_a_generator_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["pkg://generators.no_such_module", "pkg://no_such_dyngen_pkg/sub/mod"]
+    "path", ["pkg://dyngen.generators.no_such_module", "pkg://no_such_dyngen_pkg/sub/mod"]
 )
 def test_missing_package_module(path: str) -> None:
     with pytest.raises(GeneratorNotFoundError) as info:
@@ -224,7 +225,7 @@ def test_same_named_foreign_base_gets_a_hint(tmp_path: Path) -> None:
 
 def test_abstract_class_is_rejected() -> None:
     with pytest.raises(GeneratorTypeError, match="is abstract: implement generate"):
-        load("pkg://generators.base", "AbstractDataGenerator")
+        load("pkg://dyngen.generators.base", "AbstractDataGenerator")
 
 
 # --- unset config ----------------------------------------------------------------------
@@ -246,7 +247,7 @@ def test_unset_path_or_name(path: str | None, name: str | None, key: str) -> Non
 
 def test_build_generator_with_unset_keys() -> None:
     with pytest.raises(GeneratorError, match="data.datagen.name must be set"):
-        build_generator({"path": "pkg://generators.base", "name": "???"})
+        build_generator({"path": "pkg://dyngen.generators.base", "name": "???"})
     with pytest.raises(GeneratorError, match="data.datagen must be set"):
         build_generator(None)
 
@@ -258,7 +259,7 @@ def test_build_generator_with_unset_keys() -> None:
     ("path", "name", "builtin"),
     [
         ("{dir}/nope.py", "Gen", FileNotFoundError),
-        ("pkg://generators.no_such_module", "Gen", FileNotFoundError),
+        ("pkg://dyngen.generators.no_such_module", "Gen", FileNotFoundError),
         ("{dir}/my_gen.py", "Missing", AttributeError),
         ("{dir}/my_gen.py", "HelperNotAGenerator", TypeError),
         ("{dir}/bad.py", "Gen", ImportError),
@@ -270,3 +271,26 @@ def test_errors_are_caught_as_builtins_like_verl(
     write(gen_file.parent / "bad.py", "import dyngen_missing_dependency_xyz\n")
     with pytest.raises(builtin):
         load(path.format(dir=gen_file.parent), name)
+
+
+@pytest.mark.parametrize("old", ["pkg://generators.proposer", "pkg://generators.code_tasks",
+                                 "pkg://generators/arithmetic"])
+def test_a_path_from_before_the_move_names_the_new_one(old: str) -> None:
+    """Built-in generators moved into the dyngen package: a config written before fails at
+    once with the path to write instead, never a bare 'module not found'."""
+    new = "pkg://dyngen." + old[len("pkg://"):].replace("/", ".")
+    with pytest.raises(GeneratorNotFoundError, match=re.escape(new)):
+        build_generator({"path": old, "name": "AnyClass"})
+
+
+def test_the_public_api_is_the_package_root() -> None:
+    import dyngen
+    from dyngen.generators.base import AbstractDataGenerator, MockDataGenerator
+
+    assert dyngen.AbstractDataGenerator is AbstractDataGenerator
+    assert dyngen.MockDataGenerator is MockDataGenerator
+    assert sorted(dyngen.__all__) == sorted(dyngen._public_api)
+    for name in dyngen.__all__:
+        assert getattr(dyngen, name).__name__ == name
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        dyngen.nothing  # noqa: B018

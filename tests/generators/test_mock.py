@@ -5,7 +5,7 @@ from __future__ import annotations
 import datasets
 from omegaconf import OmegaConf
 
-from generators import MockDataGenerator
+from dyngen.generators import MockDataGenerator
 from tests.generators.contract import GeneratorContract, VerlStyleDataset
 
 
@@ -26,6 +26,7 @@ class TestMockDataGenerator(GeneratorContract):
         assert len(MockDataGenerator().generate(empty)) == 0
 
     def test_keeps_config(self) -> None:
-        config = OmegaConf.create({"path": "pkg://generators.base", "name": "MockDataGenerator"})
+        config = OmegaConf.create({"path": "pkg://dyngen.generators.base",
+                                    "name": "MockDataGenerator"})
         assert MockDataGenerator(config).config is config
         assert MockDataGenerator().config is None

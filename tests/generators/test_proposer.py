@@ -14,15 +14,15 @@ import datasets
 import pytest
 
 from dyngen.errors import MissingDependencyError
-from dyngen.round import RoundContext, Trigger
-from dyngen.round.rollouts import RolloutsPolicy
-from generators.proposer import (
+from dyngen.generators.proposer import (
     DEFAULT_GGUF,
     ProposerGenerator,
     Seed,
     load_model,
     numbers_in,
 )
+from dyngen.round import RoundContext, Trigger
+from dyngen.round.rollouts import RolloutsPolicy
 from tests.generators.contract import GeneratorContract, assert_verl_row
 from tests.generators.proposer_tasks import EASY, HARD, task_dataset, task_row, write_rollouts
 
@@ -164,8 +164,8 @@ def test_shared_prefix_cache_generates_what_plain_generate_does(model: Any) -> N
     at the stop strings as a server cuts them."""
     import torch
 
+    from dyngen.generators.proposer.sampling import STOP, messages_for, propose
     from dyngen.llm import chat_model
-    from generators.proposer.sampling import STOP, messages_for, propose
 
     lm, tokenizer, _ = model
     seeds = [Seed(i, q, 0.1, a) for i, (q, a) in enumerate(HARD[:3])]
@@ -254,15 +254,16 @@ def test_no_seeds_no_rows_but_the_datasets_columns() -> None:
 def test_a_round_commits_the_proposals_with_provenance_and_lineage(
     hard_result: tuple[datasets.Dataset, ProposerGenerator, Path], tmp_path: Path,
 ) -> None:
+    from dyngen.flows.generation_round import generation_round
     from dyngen.store import Store, verify
-    from flows.generation_round import generation_round
 
     store = Store(tmp_path / "store")
     store.create("gsm", task_dataset(provenance=False))  # the store adds provenance fields
     _, _, rollouts = hard_result
     cfg = {"store": {"root": str(store.root)},
            "data": {"filter_overlong_prompts": False,
-                    "datagen": {"path": "pkg://generators.proposer", "name": "ProposerGenerator",
+                    "datagen": {"path": "pkg://dyngen.generators.proposer",
+                                "name": "ProposerGenerator",
                                 "cache_dir": CACHE, "seed": 3}},
            "round": {"retries": 0, "rollouts_dirs": [str(rollouts.parent)]}}
     trigger = {"event_id": "batch-41", "step": 41, "metrics": {"score/mean": 0.2},
@@ -280,7 +281,7 @@ def test_a_round_commits_the_proposals_with_provenance_and_lineage(
         assert 2 <= info["seed_index"] < 2 + len(HARD)  # a hard task's line in the rollouts
         assert info["model"] == DEFAULT_GGUF and info["method"] in KEPT
     lineage = store.head("gsm").lineage
-    assert lineage["generator"]["class"] == "generators.proposer.generator.ProposerGenerator"
+    assert lineage["generator"]["class"] == "dyngen.generators.proposer.generator.ProposerGenerator"
     # The generator's counts per method are saved with the version: proposed = kept + dropped.
     stats = lineage["generator"]["stats"]
     assert stats["kept"] == counts["generated"] and stats["proposed"] > stats["kept"]

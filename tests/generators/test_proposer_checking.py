@@ -11,9 +11,7 @@ from typing import Any
 import datasets
 import pytest
 
-from dyngen.round.context import RoundContext, Trigger
-from dyngen.round.rollouts import RolloutsPolicy
-from generators.proposer import (
+from dyngen.generators.proposer import (
     Proposal,
     ProposerGenerator,
     Seed,
@@ -27,7 +25,9 @@ from generators.proposer import (
     solution_value,
     vote,
 )
-from generators.proposer.seeds import min_rows_share, round_seeds
+from dyngen.generators.proposer.seeds import min_rows_share, round_seeds
+from dyngen.round.context import RoundContext, Trigger
+from dyngen.round.rollouts import RolloutsPolicy
 from tests.generators.proposer_tasks import HARD, task_row, write_rollouts
 
 

@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from dyngen.errors import ConfigError
-from generators.arithmetic import ArithmeticCurriculum
-from generators.base import AbstractDataGenerator, MockDataGenerator
+from dyngen.generators.arithmetic import ArithmeticCurriculum
+from dyngen.generators.base import AbstractDataGenerator, MockDataGenerator
 
 
 class Counting(AbstractDataGenerator):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dyngen.generators.base import AbstractDataGenerator
+from dyngen.generators.loader import load_generator_class
 from dyngen.store import Store
-from generators.base import AbstractDataGenerator
-from generators.loader import load_generator_class
 from tests.generators.contract import GeneratorContract
 from tests.llm.llama_server import MODEL_ALIAS, LlamaServer
 from tests.llm.support import KEY_ENV

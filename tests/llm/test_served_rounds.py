@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from dyngen.errors import ModelUnavailableError
+from dyngen.flows.generation_round import generation_round
 from dyngen.server.processes import free_port
 from dyngen.store import Store, verify
-from flows.generation_round import generation_round
 from tests.generators.proposer_tasks import HARD, task_dataset
 from tests.llm.llama_server import MODEL_ALIAS, LlamaServer
 from tests.llm.support import KEY, KEY_ENV, served
@@ -46,7 +46,7 @@ def round_config(store: Store, rollouts: Path, datagen: dict[str, Any],
     """(config, trigger) of a proposer round on `store` seeded from `rollouts`."""
     cfg = {"store": {"root": str(store.root)},
            "data": {"filter_overlong_prompts": False,
-                    "datagen": {"path": "pkg://generators.proposer",
+                    "datagen": {"path": "pkg://dyngen.generators.proposer",
                                 "name": "ProposerGenerator", **FEW, **datagen}},
            "round": {"retries": 0, "rollouts_dirs": [str(rollouts.parent)], **round_cfg}}
     return cfg, {"event_id": "batch-7", "step": 7, "rollouts": str(rollouts)}
@@ -237,7 +237,7 @@ def test_each_partition_asks_the_endpoint_for_its_own_seeds(
 
 _NO_TORCH = r"""
 import json, sys
-from flows.generation_round import generation_round
+from dyngen.flows.generation_round import generation_round
 cfg, trigger = json.loads(sys.argv[1])
 result = generation_round("gsm", cfg, trigger)
 print(json.dumps({"version": result["version"], "torch": "torch" in sys.modules,

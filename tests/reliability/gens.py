@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from generators.base import AbstractDataGenerator
+from dyngen.generators.base import AbstractDataGenerator
 from tests.rows import verl_row, verl_row_with
 
 GOOD = (900, 901)

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 _ROUNDS_IN_PROCESS = """
 import json, sys
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-from flows.generation_round import generation_round
+from dyngen.flows.generation_round import generation_round
 dataset, rounds = sys.argv[1], json.loads(sys.argv[2])
 with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
     for r in rounds:

@@ -22,10 +22,10 @@ import pyarrow as pa
 import pytest
 
 from dyngen.filters import RowBatch, SchemaFilter
+from dyngen.flows.generation_round import generation_round
 from dyngen.store import PROVENANCE_COLUMNS, Store, gc, verify
 from dyngen.store.shards import schema_from_json
 from dyngen.store.store import DATA_DIR, REJECTED_DIR
-from flows.generation_round import generation_round
 from tests.reliability.gens import GOOD, HUGE_CONTENT_CHARS, MILLION, MILLION_START
 from tests.rows import verl_row, verl_rows
 

@@ -17,8 +17,8 @@ import pytest
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.exceptions import ObjectNotFound
 
+from dyngen.flows.generation_round import generation_round
 from dyngen.store import Store, gc, verify
-from flows.generation_round import generation_round
 from tests.reliability.helpers import indices, launch_rounds, round_config, summaries
 from tests.rows import verl_rows
 

@@ -28,11 +28,11 @@ from prefect.client.schemas.filters import (
 )
 
 from dyngen.faults import CRASH_ENV, CRASH_POINTS
+from dyngen.flows import round_guard
+from dyngen.flows.generation_round import generation_round
+from dyngen.flows.round_guard import LEASE_SECONDS
 from dyngen.store import Store, gc, verify
-from flows import round_guard
-from flows.generation_round import generation_round
-from flows.round_guard import LEASE_SECONDS
-from tasks.version import artifact_key
+from dyngen.tasks.version import artifact_key
 from tests.reliability.helpers import (
     Child,
     files_named_by_records,

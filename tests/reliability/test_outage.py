@@ -110,7 +110,7 @@ def test_a_round_slot_held_across_a_server_restart_is_released_after_it(
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows import round_guard
+    from dyngen.flows import round_guard
 
     # Without leases on disk the restarted server has forgotten the lease: the release
     # below fails and the next round of the dataset waits until this limit.

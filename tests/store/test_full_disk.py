@@ -24,8 +24,8 @@ from typer.testing import CliRunner
 
 from dyngen.cli import app
 from dyngen.errors import StoreFullError
+from dyngen.flows.generation_round import generation_round
 from dyngen.store import Store, verify
-from flows.generation_round import generation_round
 from tests.rows import verl_rows
 
 REPO = Path(__file__).resolve().parents[2]

@@ -76,7 +76,7 @@ def test_a_non_default_prompt_key_still_deduplicates_against_old_shards(old: Sto
 
 @pytest.mark.usefixtures("prefect_server")
 def test_an_old_store_takes_a_generation_round(old: Store) -> None:
-    from flows.generation_round import generation_round
+    from dyngen.flows.generation_round import generation_round
     from tests.reliability.helpers import round_config
 
     result = generation_round("old", round_config(old, start=600, n=2), {"event_id": "old-1"})

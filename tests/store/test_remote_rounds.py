@@ -20,7 +20,7 @@ from tests.store.conftest import new_bucket, s3_options
 @pytest.mark.usefixtures("prefect_server")
 def test_a_partitioned_round_commits_once_on_s3(s3_endpoint: str, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from flows.generation_round import generation_round
+    from dyngen.flows.generation_round import generation_round
 
     monkeypatch.chdir(tmp_path)
     root = f"s3://{new_bucket(s3_endpoint)}/stores/main"

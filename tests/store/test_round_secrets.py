@@ -25,9 +25,9 @@ from prefect.flow_engine import run_flow
 
 from dyngen.config.secrets import REDACTED
 from dyngen.errors import ConfigError
+from dyngen.flows.generation_round import generation_round
+from dyngen.flows.serve import round_deployment
 from dyngen.store import Store
-from flows.generation_round import generation_round
-from flows.serve import round_deployment
 from tests.rows import verl_rows
 from tests.store.conftest import new_bucket
 
@@ -123,7 +123,7 @@ def test_a_rounds_credentials_are_used_but_never_recorded(s3_endpoint: str,
 
 
 def test_a_copy_of_the_round_and_the_maintenance_flow_redact_too() -> None:
-    from flows.maintenance import maintain_store
+    from dyngen.flows.maintenance import maintain_store
 
     config = {"store": {"root": "s3://b/x", "storage_options": {"secret": SECRET}}}
     copy = generation_round.with_options(retries=1)

@@ -19,8 +19,8 @@ from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.reward_manager.naive import NaiveRewardManager
 
-from generators.code_tasks.seed_tasks import SEED_FILE
-from generators.code_tasks.tasks import ABDUCTION, abduction_prompt
+from dyngen.generators.code_tasks.seed_tasks import SEED_FILE
+from dyngen.generators.code_tasks.tasks import ABDUCTION, abduction_prompt
 
 PROGRAM = "def f(x):\n    return sorted(x)[-2:]"
 
@@ -62,7 +62,7 @@ def test_verl_loads_and_calls_the_reward_as_its_trainer_does(tmp_path: Path,
                                                              qwen_tokenizer: Any) -> None:
     base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
     cfg = OmegaConf.merge(base, {"reward": {"custom_reward_function": {
-        "path": "pkg://generators.code_tasks.reward", "name": "compute_score"}}})
+        "path": "pkg://dyngen.generators.code_tasks.reward", "name": "compute_score"}}})
     compute_score = get_custom_reward_fn(cfg)
     manager = NaiveRewardManager(qwen_tokenizer, num_examine=0, compute_score=compute_score)
     truths = [r["reward_model"]["ground_truth"] for r in rows()]

@@ -25,10 +25,10 @@ import verl
 from verl.utils.tracking import FileLogger
 
 from dyngen.config import load_config
+from dyngen.generators.proposer.seeds import seeds_from_rollouts
 from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.server.local import LocalServer, spawn, stop
 from dyngen.store import Store, verify
-from generators.proposer.seeds import seeds_from_rollouts
 from tests.e2e.conftest import DYNGEN, REPO, env_for
 from tests.e2e.test_triggered_rounds import finished_runs, serving, wait_for_versions
 from tests.rows import verl_rows

@@ -48,7 +48,7 @@ from prefect.flows import Flow
 from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
-from flows.round_guard import end_dead_round, release_round_slot
+from dyngen.flows.round_guard import end_dead_round, release_round_slot
 
 logger = logging.getLogger("dyngen.serve")
 

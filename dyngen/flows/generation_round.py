@@ -24,19 +24,19 @@ from prefect.runtime import flow_run
 from dyngen.config.secrets import refuse_secrets
 from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params
+from dyngen.flows.redaction import deployment_run, redacting_flow
+from dyngen.flows.round_guard import name_run, round_guard, waiting_run_name
 from dyngen.round import committed_for, compaction_policy, round_inputs
 from dyngen.round.context import RoundContext
 from dyngen.round.lineage import log_line, round_lineage
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import store_settings
-from flows.redaction import deployment_run, redacting_flow
-from flows.round_guard import name_run, round_guard, waiting_run_name
-from tasks.compact import compact_head
-from tasks.concat import concat_rows
-from tasks.filter import filter_generated
-from tasks.load import load_dataset
-from tasks.partitions import generate_all
-from tasks.version import commit_version, lineage_published, publish_lineage
+from dyngen.tasks.compact import compact_head
+from dyngen.tasks.concat import concat_rows
+from dyngen.tasks.filter import filter_generated
+from dyngen.tasks.load import load_dataset
+from dyngen.tasks.partitions import generate_all
+from dyngen.tasks.version import commit_version, lineage_published, publish_lineage
 
 # The history artifact shows the newest versions (`dyngen log --all` shows all): a round
 # reads only their records.

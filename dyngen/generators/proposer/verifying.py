@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from dyngen.generators.proposer.arithmetic import as_number, clean_math, first_number, safe_eval
 from dyngen.llm import ChatModel, ChatRequest, ChatResult, Message, seed_int
-from generators.proposer.arithmetic import as_number, clean_math, first_number, safe_eval
 
 SOLVER_SYSTEM = ("You solve math word problems. Reply in exactly this format:\n"
                  "Answer: <one calculation with the problem's numbers> = <result>")

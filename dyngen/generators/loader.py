@@ -8,8 +8,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dyngen.errors import GeneratorError
+from dyngen.generators.base import AbstractDataGenerator
 from dyngen.plugins import FILE_PREFIX, PKG_PREFIX, load_class, qualified_name
-from generators.base import AbstractDataGenerator
 
 __all__ = ["BASE_CLASS", "FILE_PREFIX", "PKG_PREFIX", "build_generator", "load_generator_class"]
 

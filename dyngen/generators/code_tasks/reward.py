@@ -7,7 +7,7 @@ not a tuple); an abduction answer scores 1.0 when it is the task's own input or 
 program, run on it in the sandbox, returns the label. Anything else, unreadable answers
 included, scores 0.0.
 
-verl (0.9.1): reward.custom_reward_function.path=pkg://generators.code_tasks.reward
+verl (0.9.1): reward.custom_reward_function.path=pkg://dyngen.generators.code_tasks.reward
               reward.custom_reward_function.name=compute_score
 TRL:          GRPOTrainer(reward_funcs=[code_task_reward], ...) on rows in verl's schema
               (their reward_model and extra_info columns arrive as keyword arguments).
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dyngen.errors import ConfigError
-from generators.code_tasks.tasks import ABDUCTION, literal
+from dyngen.generators.code_tasks.tasks import ABDUCTION, literal
 
 _ANSWER = re.compile(r"\banswer[ \t*_]*:[ \t*_]*(?P<a>.*?)[ \t]*$", re.I | re.M)
 _BOXED = re.compile(r"\\boxed\{(?P<a>.*)\}")

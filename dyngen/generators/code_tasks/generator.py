@@ -25,13 +25,15 @@ from typing import Any
 import datasets
 
 from dyngen.errors import ConfigError
-from dyngen.llm import MODEL_DEFAULTS, ChatModel, chat_model
-from dyngen.round.context import RoundContext
-from dyngen.sandbox import ISOLATIONS, require_bwrap
-from generators.base import AbstractDataGenerator, rows_of
-from generators.code_tasks.checking import Checked, check_candidates
-from generators.code_tasks.proposing import Candidate, parse_candidate, propose, shot_programs
-from generators.code_tasks.tasks import (
+from dyngen.generators.base import AbstractDataGenerator, rows_of
+from dyngen.generators.code_tasks.checking import Checked, check_candidates
+from dyngen.generators.code_tasks.proposing import (
+    Candidate,
+    parse_candidate,
+    propose,
+    shot_programs,
+)
+from dyngen.generators.code_tasks.tasks import (
     ABDUCTION,
     DEDUCTION,
     TASKS,
@@ -40,8 +42,11 @@ from generators.code_tasks.tasks import (
     normal_form,
     program_of,
 )
-from generators.proposer.seeds import Seed, min_rows_share, round_seeds
-from generators.schema import rows_as_dataset
+from dyngen.generators.proposer.seeds import Seed, min_rows_share, round_seeds
+from dyngen.generators.schema import rows_as_dataset
+from dyngen.llm import MODEL_DEFAULTS, ChatModel, chat_model
+from dyngen.round.context import RoundContext
+from dyngen.sandbox import ISOLATIONS, require_bwrap
 
 logger = logging.getLogger(__name__)
 

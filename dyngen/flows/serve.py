@@ -27,6 +27,8 @@ from prefect.exceptions import ObjectNotFound
 from dyngen.config import load_config
 from dyngen.config.secrets import refuse_secrets
 from dyngen.errors import ConfigError
+from dyngen.flows.generation_round import generation_round
+from dyngen.flows.warm_runner import WarmRunner
 from dyngen.store.names import validate_name
 from dyngen.trainers.events import (
     DATASET_LABEL,
@@ -35,8 +37,6 @@ from dyngen.trainers.events import (
     resource_id,
     trigger_name,
 )
-from flows.generation_round import generation_round
-from flows.warm_runner import WarmRunner
 
 DEPLOYMENT_NAME = "on-batch-end"
 POLL_SECONDS = 0.2

@@ -1,7 +1,7 @@
 """Pluggable data generators: the contract, the mock, and the loader that finds them."""
 
-from generators.base import AbstractDataGenerator, MockDataGenerator
-from generators.loader import build_generator, load_generator_class
+from dyngen.generators.base import AbstractDataGenerator, MockDataGenerator
+from dyngen.generators.loader import build_generator, load_generator_class
 
 __all__ = [
     "AbstractDataGenerator",

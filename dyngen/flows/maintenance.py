@@ -18,15 +18,15 @@ from prefect import get_run_logger
 from dyngen.config import load_config
 from dyngen.config.secrets import refuse_redacted, refuse_secrets
 from dyngen.filters.near_duplicate import params_of
+from dyngen.flows.redaction import deployment_run, redacting_flow
 from dyngen.round import compaction_policy
 from dyngen.store import Store
 from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
-from flows.redaction import deployment_run, redacting_flow
-from tasks.compact import compact_head
-from tasks.index import rebuild_index_of
-from tasks.mirror import mirror_head
-from tasks.vacuum import vacuum_dataset
+from dyngen.tasks.compact import compact_head
+from dyngen.tasks.index import rebuild_index_of
+from dyngen.tasks.mirror import mirror_head
+from dyngen.tasks.vacuum import vacuum_dataset
 
 
 @redacting_flow(name="store-maintenance")

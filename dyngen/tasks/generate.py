@@ -14,6 +14,7 @@ from prefect.states import State
 from prefect.tasks import exponential_backoff
 
 from dyngen.errors import CommitConflictError, DyngenError, ModelUnavailableError
+from dyngen.generators import build_generator
 from dyngen.round import (
     RoundContext,
     call_generator,
@@ -23,7 +24,6 @@ from dyngen.round import (
 )
 from dyngen.store import Store
 from dyngen.store.location import StoreSpec
-from generators import build_generator
 
 
 @task(name="generate", cache_policy=NO_CACHE)

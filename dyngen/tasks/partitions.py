@@ -24,7 +24,7 @@ from dyngen.round.partitions import (
 from dyngen.round.task_runners import build_task_runner, partition_resources
 from dyngen.rows import RowBatch
 from dyngen.store.location import store_settings
-from tasks.generate import configured
+from dyngen.tasks.generate import configured
 
 
 def generate_all(cfg: DictConfig, dataset: datasets.Dataset, context: RoundContext,

@@ -16,9 +16,9 @@ from typing import Any
 from prefect import tags
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+from dyngen.flows.generation_round import generation_round
+from dyngen.flows.round_guard import round_tags
 from dyngen.server.local import ensure_prefect_api
-from flows.generation_round import generation_round
-from flows.round_guard import round_tags
 
 
 def run_round(dataset: str, config: dict[str, Any] | None = None,

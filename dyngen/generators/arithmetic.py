@@ -15,8 +15,8 @@ from typing import Any
 
 import datasets
 
+from dyngen.generators.base import AbstractDataGenerator
 from dyngen.round.context import RoundContext
-from generators.base import AbstractDataGenerator
 
 SOURCE = "dyngen-arithmetic"
 # level -> (digits per operand, operations, operands); level 1 is the easiest

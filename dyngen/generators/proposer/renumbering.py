@@ -24,7 +24,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from generators.proposer.arithmetic import (
+from dyngen.generators.proposer.arithmetic import (
     NUMBER,
     OPS,
     RAW_NUMBER,

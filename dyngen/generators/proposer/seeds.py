@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import datasets
 
+from dyngen.generators.proposer.text import normalise, question_of
 from dyngen.round.rollouts import Rollout
-from generators.proposer.text import normalise, question_of
 
 if TYPE_CHECKING:
     from dyngen.round.context import RoundContext

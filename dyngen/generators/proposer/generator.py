@@ -46,15 +46,15 @@ from typing import Any
 import datasets
 
 from dyngen.errors import ConfigError
+from dyngen.generators.base import AbstractDataGenerator, rows_of
+from dyngen.generators.proposer.checking import Proposal, parse_proposal
+from dyngen.generators.proposer.sampling import propose
+from dyngen.generators.proposer.seeds import Seed, min_rows_share, round_seeds
+from dyngen.generators.proposer.text import normalise
+from dyngen.generators.proposer.verifying import verify
+from dyngen.generators.schema import rows_as_dataset
 from dyngen.llm import MODEL_DEFAULTS, SOLVER_DEFAULTS, ChatModel, chat_model, seed_int
 from dyngen.round.context import RoundContext
-from generators.base import AbstractDataGenerator, rows_of
-from generators.proposer.checking import Proposal, parse_proposal
-from generators.proposer.sampling import propose
-from generators.proposer.seeds import Seed, min_rows_share, round_seeds
-from generators.proposer.text import normalise
-from generators.proposer.verifying import verify
-from generators.schema import rows_as_dataset
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A proposer: a small causal LM writes new tasks from the hardest tasks of the last batch.
 
-Configure it as `data.datagen: {path: pkg://generators.proposer, name: ProposerGenerator}`.
+Configure it as `data.datagen: {path: pkg://dyngen.generators.proposer, name: ProposerGenerator}`.
 A round goes:
   seeds.py      the hard_k hardest tasks, from the trigger's rollouts file or the dataset;
   sampling.py   a few-shot prompt per seed, proposals_per_seed completions each, batched;
@@ -13,20 +13,20 @@ Needs `pip install 'dyngen[llm]'`; a missing dependency raises MissingDependency
 """
 
 from dyngen.errors import MissingDependencyError
-from dyngen.llm.weights import DEFAULT_GGUF, INSTALL_HINT, load_model
-from generators.proposer.arithmetic import numbers_in, safe_eval
-from generators.proposer.checking import Proposal, calculation, parse_proposal
-from generators.proposer.generator import (
+from dyngen.generators.proposer.arithmetic import numbers_in, safe_eval
+from dyngen.generators.proposer.checking import Proposal, calculation, parse_proposal
+from dyngen.generators.proposer.generator import (
     DEFAULTS,
     METHODS,
     PROVENANCE_FEATURES,
     SOURCE,
     ProposerGenerator,
 )
-from generators.proposer.renumbering import ambiguous, renumber
-from generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
-from generators.proposer.text import normalise, question_of
-from generators.proposer.verifying import Verdict, solution_value, verify, vote
+from dyngen.generators.proposer.renumbering import ambiguous, renumber
+from dyngen.generators.proposer.seeds import Seed, seeds_from_dataset, seeds_from_rollouts
+from dyngen.generators.proposer.text import normalise, question_of
+from dyngen.generators.proposer.verifying import Verdict, solution_value, verify, vote
+from dyngen.llm.weights import DEFAULT_GGUF, INSTALL_HINT, load_model
 
 __all__ = [
     "DEFAULTS",

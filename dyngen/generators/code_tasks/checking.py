@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from dyngen.generators.code_tasks.proposing import Candidate
+from dyngen.generators.code_tasks.tasks import literal, normal_form
 from dyngen.sandbox import SandboxResult, run_deterministic, same_value, screen
-from generators.code_tasks.proposing import Candidate
-from generators.code_tasks.tasks import literal, normal_form
 
 
 @dataclass(frozen=True)

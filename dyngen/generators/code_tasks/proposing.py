@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dyngen.generators.code_tasks.tasks import code_block, functions_of, literal, program_of
+from dyngen.generators.proposer.sampling import seed_requests
 from dyngen.llm import ChatModel, ChatResult, Message
-from generators.code_tasks.tasks import code_block, functions_of, literal, program_of
-from generators.proposer.sampling import seed_requests
 
 if TYPE_CHECKING:
-    from generators.proposer.seeds import Seed
+    from dyngen.generators.proposer.seeds import Seed
 
 SYSTEM = ("You write short Python functions for programming puzzles. Reply with one function "
           "`f` of one argument in a ```python block, then one line `Input: <a Python literal "

@@ -2,7 +2,7 @@
 
 `seed_tasks.jsonl` (next to this file, in verl's row schema) holds one deduction task per
 program below, labelled by running it in the sandbox; `python -m
-generators.code_tasks.seed_tasks` writes it again (tests check that it is what the
+dyngen.generators.code_tasks.seed_tasks` writes it again (tests check that it is what the
 programs give). Import it: `dyngen import code-tasks generators/code_tasks/seed_tasks.jsonl`.
 """
 
@@ -83,8 +83,8 @@ def seed_rows() -> list[dict[str, Any]]:
     """The seed tasks as rows, each labelled by running its program in the sandbox."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from dyngen.generators.code_tasks.tasks import DEDUCTION, deduction_prompt, literal
     from dyngen.sandbox import run_deterministic
-    from generators.code_tasks.tasks import DEDUCTION, deduction_prompt, literal
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda p: run_deterministic(p[0], "f", literal(p[1])[1]),

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from generators.proposer.arithmetic import (
+from dyngen.generators.proposer.arithmetic import (
     OPERATOR,
     answer_of,
     as_number,
@@ -41,11 +41,11 @@ from generators.proposer.arithmetic import (
     numbers_in,
     safe_eval,
 )
-from generators.proposer.renumbering import renumber
-from generators.proposer.text import normalise
+from dyngen.generators.proposer.renumbering import renumber
+from dyngen.generators.proposer.text import normalise
 
 if TYPE_CHECKING:
-    from generators.proposer.seeds import Seed
+    from dyngen.generators.proposer.seeds import Seed
 
 _QUESTION = re.compile(r"Question:[ \t]*(?P<q>[^\n]*)(?P<rest>.*)", re.S | re.I)
 _ANSWER = re.compile(r"Answer:[ \t]*(?P<a>[^\n]*)", re.I)

@@ -1,6 +1,6 @@
 """Code tasks whose labels are proved by running them (Absolute Zero's deduction/abduction).
 
-Configure as `data.datagen: {path: pkg://generators.code_tasks, name: CodeTaskProposer}`.
+Configure as `data.datagen: {path: pkg://dyngen.generators.code_tasks, name: CodeTaskProposer}`.
   tasks.py       the prompts (deduction, abduction) and reading programs back from them;
   proposing.py   the few-shot chat per seed, and a completion read into a candidate;
   checking.py    each candidate run twice in the sandbox (dyngen.sandbox): kept with its
@@ -11,14 +11,14 @@ Configure as `data.datagen: {path: pkg://generators.code_tasks, name: CodeTaskPr
 The model is dyngen.llm's (served, or in-process: by default SmolLM2-135M).
 """
 
-from generators.code_tasks.generator import (
+from dyngen.generators.code_tasks.generator import (
     DEFAULTS,
     PROVENANCE_FEATURES,
     SOURCE,
     UNISOLATED_WARNING,
     CodeTaskProposer,
 )
-from generators.code_tasks.tasks import ABDUCTION, DEDUCTION, TASKS
+from dyngen.generators.code_tasks.tasks import ABDUCTION, DEDUCTION, TASKS
 
 __all__ = [
     "ABDUCTION",

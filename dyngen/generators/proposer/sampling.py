@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dyngen.llm import ChatModel, ChatRequest, ChatResult, Message, seed_int
 
 if TYPE_CHECKING:
-    from generators.proposer.seeds import Seed
+    from dyngen.generators.proposer.seeds import Seed
 
 SYSTEM = ("You write new math word problems. Reply in exactly this format:\n"
           "Question: <the new problem>\nAnswer: <calculation with the problem's numbers> = "
