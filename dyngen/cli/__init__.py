@@ -18,7 +18,8 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from dyngen import cli_maintenance, cli_rounds
+from dyngen.cli import maintenance as cli_maintenance
+from dyngen.cli import rounds as cli_rounds
 from dyngen.cli.support import (
     JsonOpt,
     Name,
