@@ -57,3 +57,20 @@ def test_the_wheel_holds_the_code_tasks_seeds_and_no_tests_or_benchmarks(
         assert not name.startswith(("tests/", "benchmarks/")), name
     assert "dyngen/flows/generation_round.py" in names  # the moved packages are inside
     assert "dyngen/tasks/generate.py" in names
+
+
+def test_import_dyngen_loads_no_dependency_until_a_public_name_is_used() -> None:
+    """The public API is lazy: `import dyngen` (a CLI's, a worker's, a trainer's first line)
+    costs nothing until a name is used, and then only what that name needs."""
+    probe = """
+import sys
+import dyngen
+heavy = ("prefect", "datasets", "omegaconf", "pyarrow", "torch", "transformers")
+print(sorted(m for m in sys.modules if m.split(".")[0] in heavy or m.startswith("dyngen")))
+dyngen.RowFilter
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("prefect", "torch")))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.splitlines()
+    assert out[0] == "['dyngen']"
+    assert out[1] == "[]"  # a core name does not pull the Prefect layer in
