@@ -31,6 +31,7 @@ from dyngen.errors import (
     GeneratorNotFoundError,
     GeneratorTypeError,
 )
+from dyngen.filters.chain import check_prompt_key
 from dyngen.server.local import ensure_prefect_api
 from dyngen.store import Store, VersionRecord
 from dyngen.trainers.events import batch_end_payload, emit_batch_end, send_batch_end
@@ -94,6 +95,8 @@ class DyngenDataset:
             raise ConfigError(f"start_timeout: expected seconds > 0, found {start_timeout!r}. "
                               "It bounds the wait for the start round's version (emit mode).")
         self._record: VersionRecord = self.store.head(dataset)
+        if self.round_config is not None:
+            check_prompt_key(self.round_config["data"]["prompt_key"], self._record, dataset)
         # What the start round returned (event id or summary); None if none was asked for.
         self.start_round: str | dict[str, Any] | None = None
         if generate_on_start:

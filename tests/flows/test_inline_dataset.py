@@ -109,6 +109,14 @@ def test_a_round_that_cannot_start_raises_when_the_dataset_is_built(
     assert Store(tmp_path).head_version("ds") == 0
 
 
+def test_a_prompt_key_other_than_the_datasets_raises_when_the_dataset_is_built(
+        tmp_path: Path) -> None:
+    Store(tmp_path).create("ds", verl_rows(2))  # prompts in column "prompt"
+    config = {"data": {"prompt_key": "question"}}
+    with pytest.raises(ConfigError, match="keeps its prompts in column 'prompt'"):
+        DyngenDataset(tmp_path, "ds", mode="inline", config=config)
+
+
 def test_a_dyngen_module_that_fails_to_import_raises_when_the_dataset_is_built(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Store(tmp_path).create("ds", verl_rows(2))
