@@ -1,7 +1,8 @@
 """End to end from a user's project folder holding its own `tasks.py`, `flows.py` and
 `generators/` package (Invoke's, Celery's and Prefect's usual names), first on `sys.path` as
 a user's script has it: every way of running a round commits, with the user's generator
-named by file path (`data.datagen.path=generators/my_gen.py`).
+named by file path (`data.datagen.path=generators/my_gen.py`). The TRL case is a real
+GRPOTrainer (a tiny random model on the Qwen3 tokenizer) with DyngenCallback inline.
 
 Before dyngen installed one top-level package, each of these failed in such a folder
 (`'tasks' is not a package`, `cannot import name 'build_generator' from 'generators'`).
@@ -93,13 +94,29 @@ data = DyngenDataset("dyngen_store", "inline", mode="inline", config=CONFIG)
 summary = data.on_batch_end(step=1)
 print(json.dumps({"summary": summary, "version": data.version, "rows": len(data)}))
 ''',
+    # A real TRL GRPOTrainer on a tiny random model (the test is about rounds, not learning).
     "train_trl.py": USES_OWN_MODULES + '''
-from transformers import TrainerControl, TrainerState, TrainingArguments
-from dyngen.trainers.trl import DyngenCallback
-callback = DyngenCallback("trl", "dyngen_store", mode="inline", config=CONFIG, run_id="run-1")
-args, state = TrainingArguments(output_dir="out", report_to=[]), TrainerState()
-state.global_step = 1
-callback.on_log(args, state, TrainerControl(), logs={"loss": 0.5, "reward": 0.25})
+import sys
+import torch
+from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+from dyngen.trainers.trl import DyngenCallback, FollowingDataset
+torch.manual_seed(0)
+torch.set_num_threads(1)
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+model = Qwen2ForCausalLM(Qwen2Config(
+    vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
+def reward(prompts, completions, **_):
+    return [float(len(c[0]["content"]) % 3) for c in completions]
+args = GRPOConfig(output_dir="out", max_steps=2, per_device_train_batch_size=2,
+                  num_generations=2, max_completion_length=4, logging_steps=1, report_to=[],
+                  use_cpu=True, save_strategy="no", seed=0)
+trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tokenizer,
+                      train_dataset=FollowingDataset("dyngen_store", "trl", block_rows=1))
+callback = DyngenCallback("trl", "dyngen_store", trainer=trainer, mode="inline", config=CONFIG)
+trainer.add_callback(callback)
+trainer.train()
 print(json.dumps(callback.results))
 ''',
 }
@@ -137,13 +154,13 @@ def last_json(output: str) -> Any:
     return json.loads(output.strip().splitlines()[-1])
 
 
-def committed(folder: Path, name: str) -> dict[str, Any]:
-    """The user's generator's row in the dataset's new head, and that head's lineage."""
+def committed(folder: Path, name: str, rounds: int = 1) -> dict[str, Any]:
+    """The user's generator's rows in the dataset's new head, and that head's lineage."""
     store = Store(folder / "dyngen_store")
     head = store.head(name)
-    assert head.version == 1 and head.parent == 0
+    assert head.version == rounds and head.parent == rounds - 1
     new = store.load(name).to_list()[4:]
-    assert [row["data_source"] for row in new] == ["my-project"]
+    assert [row["data_source"] for row in new] == ["my-project"] * rounds
     return head.lineage
 
 
@@ -165,10 +182,14 @@ def test_an_inline_dataset_in_a_training_script(server: LocalServer, project: Pa
     committed(project, "inline")
 
 
-def test_the_trl_callback(server: LocalServer, project: Path) -> None:
-    results = last_json(run(server, project, sys.executable, "train_trl.py"))
-    assert results["1"]["version"] == 1
-    assert committed(project, "trl")["trigger"]["metrics"] == {"loss": 0.5, "reward": 0.25}
+def test_the_trl_callback_in_a_grpo_trainer(server: LocalServer, project: Path,
+                                            qwen_tokenizer_dir: str) -> None:
+    results = last_json(run(server, project, sys.executable, "train_trl.py",
+                            qwen_tokenizer_dir))
+    assert [results[str(step)]["version"] for step in (1, 2)] == [1, 2]
+    trigger = committed(project, "trl", rounds=2)["trigger"]
+    assert trigger["step"] == 2 and "rewards/reward/mean" in trigger["metrics"]
+    assert Path(trigger["rollouts"]).is_file()  # the step's completions, as rollouts
 
 
 @pytest.mark.parametrize("isolation", ["fork", "process"])
