@@ -206,3 +206,6 @@ def test_dyngen_serve_commits_an_emitted_batch_end(server: LocalServer, project:
     finally:
         stop(serve)
     assert committed(project, isolation)["trigger"]["step"] == 3
+    served_by = {"fork": "runs forked from a warm process",  # dyngen's warm runner
+                 "process": "Your deployments are being served"}  # Prefect's runner
+    assert served_by[isolation] in log.read_text()
