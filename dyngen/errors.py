@@ -100,6 +100,10 @@ class GeneratorImportError(GeneratorError, ImportError):
     """The generator's module exists but raised while being imported."""
 
 
+class DyngenImportError(DyngenError, ImportError):
+    """A module a round needs failed to import (a broken install, or a module shadowing it)."""
+
+
 class MissingDependencyError(GeneratorError, ImportError):
     """An optional dependency (a generator's, or Ray's) is not installed."""
 

@@ -34,11 +34,7 @@ def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecor
     The schema is the parent's, with the extra_info fields the `rows` add (see `widen`).
     """
     key = cfg.data.prompt_key
-    if key != record.prompt_key:
-        raise ConfigError(
-            f"dataset {name!r} keeps its prompts in column {record.prompt_key!r} (set when it "
-            f"was created); data.prompt_key is {key!r}. Set data.prompt_key="
-            f"{record.prompt_key}, or import the data as a new dataset.")
+    check_prompt_key(key, record, name)
     filters: list[RowFilter] = [SchemaFilter(round_schema(record, rows), key)]
     if cfg.data.filter_overlong_prompts:
         filters.append(OverlongPromptFilter(
@@ -54,6 +50,15 @@ def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecor
                          kind="filter")
         filters.append(cls(entry))
     return filters
+
+
+def check_prompt_key(key: str, record: VersionRecord, name: str) -> None:
+    """`data.prompt_key` must be the column the dataset was created with."""
+    if key != record.prompt_key:
+        raise ConfigError(
+            f"dataset {name!r} keeps its prompts in column {record.prompt_key!r} (set when it "
+            f"was created); data.prompt_key is {key!r}. Set data.prompt_key="
+            f"{record.prompt_key}, or import the data as a new dataset.")
 
 
 def round_schema(record: VersionRecord, rows: Sequence[Any]) -> pa.Schema:

@@ -21,7 +21,17 @@ from typing import Any, Literal
 import datasets
 
 from dyngen.config import round_params
-from dyngen.errors import ConfigError
+from dyngen.config.preflight import check_before_start
+from dyngen.errors import (
+    ConfigError,
+    DyngenError,
+    DyngenImportError,
+    GeneratorClassNotFoundError,
+    GeneratorError,
+    GeneratorNotFoundError,
+    GeneratorTypeError,
+)
+from dyngen.filters.chain import check_prompt_key
 from dyngen.server.local import ensure_prefect_api
 from dyngen.store import Store, VersionRecord
 from dyngen.trainers.events import batch_end_payload, emit_batch_end, send_batch_end
@@ -36,6 +46,12 @@ MODES: tuple[str, ...] = ("emit", "inline")
 # Event ids of start rounds: one per dataset and head, whichever process asks first.
 _START_NAMESPACE = uuid.UUID("5d0f0c62-3d43-4c1e-9f59-0b4b0e8f6a51")
 _START_POLL_SECONDS = 0.5
+# What stops an inline trainer: a round that cannot start fails alike at every batch end, so
+# logging it would let training run on with a dataset that never grows. A round that fails
+# while running (the generator's own exception, a model server down) is only logged.
+CANNOT_START: tuple[type[BaseException], ...] = (
+    ConfigError, ImportError, GeneratorNotFoundError, GeneratorClassNotFoundError,
+    GeneratorTypeError)
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +80,13 @@ class DyngenDataset:
         self.metrics_fn = metrics_fn
         self.round_runner = round_runner
         self.batches = 0
-        # Inline rounds need a valid config now, not a failing round at every batch later.
+        # Inline rounds need a valid config, a loadable generator and the round's modules
+        # now, not a failing round at every batch later.
         self.round_config = (round_params(config, root=self.store.root) if mode == "inline"
                              else None)
+        if self.round_config is not None:
+            check_before_start(self.round_config)
+            self.round_runner = round_runner or default_round_runner()
         if not isinstance(generate_on_start, bool):
             raise ConfigError(f"generate_on_start: expected true or false, found "
                               f"{generate_on_start!r}.")
@@ -75,6 +95,8 @@ class DyngenDataset:
             raise ConfigError(f"start_timeout: expected seconds > 0, found {start_timeout!r}. "
                               "It bounds the wait for the start round's version (emit mode).")
         self._record: VersionRecord = self.store.head(dataset)
+        if self.round_config is not None:
+            check_prompt_key(self.round_config["data"]["prompt_key"], self._record, dataset)
         # What the start round returned (event id or summary); None if none was asked for.
         self.start_round: str | dict[str, Any] | None = None
         if generate_on_start:
@@ -140,10 +162,11 @@ class DyngenDataset:
         """Count a finished training batch; every N batches ask for a round; then refresh.
 
         Returns the event id (emit mode), the round's summary (inline mode), or None when
-        this batch asks for nothing or the request failed. Never raises: a failed request
-        is logged and training goes on. `step` defaults to the number of batches seen;
-        `metrics` to `metrics_fn(batch)` when a `metrics_fn` was given; `event_id` (the
-        round's idempotency key) to a new UUID.
+        this batch asks for nothing or the request failed. A failed request is logged and
+        training goes on; only an inline round that cannot start (an invalid config, a
+        generator or module that cannot be loaded) raises, as it would fail at every batch.
+        `step` defaults to the number of batches seen; `metrics` to `metrics_fn(batch)` when
+        a `metrics_fn` was given; `event_id` (the round's idempotency key) to a new UUID.
         """
         self.batches += 1
         step = self.batches if step is None else int(step)
@@ -210,10 +233,16 @@ class DyngenDataset:
             ensure_prefect_api()  # without PREFECT_API_URL: a temporary server, started once
             runner = self.round_runner or default_round_runner()
             return runner(self.name, config=self.round_config, trigger=trigger)
-        except Exception:
-            logger.exception("dyngen: the inline generation round of %r at step %s failed; "
-                             "training continues on version %d", self.name, step, self.version)
-            return None
+        except Exception as exc:
+            if not cannot_start(exc):
+                logger.exception("dyngen: the inline generation round of %r at step %s "
+                                 "failed; training continues on version %d", self.name, step,
+                                 self.version)
+                return None
+            if isinstance(exc, DyngenError):
+                raise  # already dyngen's one-line message
+            raise _import_failed(exc, f"the inline generation round of {self.name!r} at "
+                                      f"step {step}") from exc
 
 
 def start_event_id(dataset: str, head: VersionRecord) -> str:
@@ -222,6 +251,25 @@ def start_event_id(dataset: str, head: VersionRecord) -> str:
 
 
 def default_round_runner() -> RoundRunner:
-    """The function `DEFAULT_ROUND_RUNNER` names (flows' in-process round)."""
+    """The function `DEFAULT_ROUND_RUNNER` names (flows' in-process round).
+
+    Raises `DyngenImportError` when that module (or one it imports) fails to import.
+    """
     module, _, name = DEFAULT_ROUND_RUNNER.partition(":")
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise _import_failed(exc, "an inline generation round") from exc
+
+
+def cannot_start(exc: BaseException) -> bool:
+    """Whether a round's error is one every later round would meet too (no retry fixes it)."""
+    return isinstance(exc, CANNOT_START) or type(exc) is GeneratorError  # data.datagen unset
+
+
+def _import_failed(exc: ImportError, where: str) -> DyngenImportError:
+    """dyngen's one-line error for a module a round needs that failed to import."""
+    return DyngenImportError(
+        f"{where} cannot start: {type(exc).__name__}: {exc}. A module of the same name in the "
+        "working folder or on PYTHONPATH may shadow the one needed; fix or rename it, or "
+        "install what is missing, then start training again.")

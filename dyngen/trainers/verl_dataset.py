@@ -194,7 +194,9 @@ class VerlDyngenDataset(RLHFDataset):
     def on_batch_end(self, batch: Any = None) -> str | dict[str, Any] | None:
         """verl's hook after a training batch: ask for a round, then append new rows.
 
-        Returns the event id (emit), the round's summary (inline) or None. Never raises.
+        Returns the event id (emit), the round's summary (inline) or None. Raises only where
+        an inline round cannot start (see `DyngenDataset.on_batch_end`): verl's trainer stops
+        with dyngen's message rather than training on a dataset that never grows.
         """
         if self.source is None:
             return None

@@ -29,6 +29,7 @@ from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
 import dyngen.trainers.events as events
+from dyngen.errors import GeneratorClassNotFoundError, GeneratorNotFoundError
 from dyngen.store import Store, gc
 from dyngen.trainers.verl_dataset import VerlDyngenDataset
 from tests.rows import verl_row, verl_rows
@@ -275,3 +276,38 @@ def test_generate_on_start_runs_one_round_before_the_first_batch_not_again_on_re
 
     restarted = train_set(cfg, qwen_tokenizer)  # the head has a round: none is asked for
     assert restarted.version == 1 and store.head_version(NAME) == 1
+
+
+def test_inline_a_generator_that_cannot_be_loaded_stops_verl_building_the_dataset(
+        tmp_path: Path, qwen_tokenizer: Any) -> None:
+    missing = str(tmp_path / "generators" / "my_gen.py")
+    cfg = verl_config(tmp_path, mode="inline",
+                      config={"data": {"datagen": {"path": missing, "name": "MyGen"}}})
+    with pytest.raises(GeneratorNotFoundError, match="my_gen.py") as raised:
+        train_set(cfg, qwen_tokenizer)
+    assert "\n" not in str(raised.value)  # dyngen's one line, not a traceback per batch
+
+
+CRASHES = """
+from dyngen import AbstractDataGenerator
+
+class MyGen(AbstractDataGenerator):
+    def generate(self, dataset):
+        raise RuntimeError("proposer crashed: CUDA error (simulated)")
+"""
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_inline_a_round_that_fails_while_running_is_logged_and_verl_goes_on(
+        tmp_path: Path, qwen_tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
+    gen = tmp_path / "my_gen.py"
+    gen.write_text(CRASHES)
+    cfg = verl_config(tmp_path, mode="inline", config={
+        "data": {"datagen": {"path": str(gen), "name": "MyGen"}}, "round": {"retries": 0}})
+    ds = train_set(cfg, qwen_tokenizer)
+    batch = DataProto.from_single_dict(next(iter(dataloader(cfg, ds))))
+    assert ds.on_batch_end(batch=scored(batch, [1.0, 0.0], 1)) is None
+    assert "proposer crashed" in caplog.text and ds.version == 0 and indices(ds) == [*range(7)]
+    gen.write_text("")  # the generator's file is emptied meanwhile: no round can start now
+    with pytest.raises(GeneratorClassNotFoundError, match="no attribute 'MyGen'"):
+        ds.on_batch_end(batch=scored(batch, [1.0, 0.0], 2))  # verl's trainer stops here
