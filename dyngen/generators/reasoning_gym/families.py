@@ -146,9 +146,18 @@ def ground_truth(entry: dict[str, Any]) -> str | None:
 
 
 @functools.cache
-def scorer(family: str) -> Callable[[str | None, dict[str, Any]], float]:
-    """reasoning-gym's scorer for a family (`get_score_answer_fn`), built once per process."""
-    return rg().get_score_answer_fn(family)
+def scorer(family: str, level: int | None = None) -> Callable[[str | None, dict[str, Any]], float]:
+    """The family's scorer, from its dataset at `level` (built once per process).
+
+    Some scorers read their dataset's configuration (word_ladder checks words against the
+    word lengths its configuration loaded), so a row is scored by the dataset of its own
+    level; without a level, by reasoning-gym's `get_score_answer_fn` (the default one).
+    """
+    if level is None:
+        return rg().get_score_answer_fn(family)
+    at = Family(family)
+    at.start_at(level)
+    return rg().create_dataset(family, size=1, seed=0, **at.configuration()).score_answer
 
 
 def encode_entry(entry: dict[str, Any]) -> str:

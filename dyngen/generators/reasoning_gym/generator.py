@@ -5,7 +5,9 @@ Each round reads the trigger's rollouts, takes each family's mean reward over it
 reasoning-gym's own curriculum, and writes `rows_per_round` rows across the families by
 weight from `create_dataset(family, size, seed, **configuration at its level)`. Every
 row's label is checked before it is written: its ground truth, as a completion, must
-score 1.0 through this package's reward (the family's own scorer on the stored entry).
+score 1.0 through this package's reward (the family's own scorer on the stored entry),
+and an answer that cannot be right must score less; rows that fail are not written and
+are counted in `stats["unproved_labels"]`.
 
 A family whose generator raises at its level is left out of the round and steps one level
 down, as after a fall (decisions.py). A family reasoning-gym has no curriculum for stays at
@@ -43,6 +45,7 @@ from dyngen.round.context import RoundContext
 
 logger = logging.getLogger(__name__)
 MAX_REASON_CHARS = 300
+NOT_AN_ANSWER = "zq-dyngen-not-an-answer-7"
 
 
 class ReasoningGymCurriculum(AbstractDataGenerator):
@@ -184,7 +187,12 @@ def _row(name: str, family: Family, entry: dict[str, Any], index: int) -> dict[s
         stored = encode_entry(entry)
     except (TypeError, ValueError):
         return None
-    if score(f"<answer>{truth}</answer>", name, decode_entry(stored)) != 1.0:
+    entry_back = decode_entry(stored)
+    # The label must score 1.0 as the reward will read it, and an answer that cannot be
+    # right must not: a scorer that accepts anything cannot grade the family.
+    level = family.level
+    if score(f"<answer>{truth}</answer>", name, entry_back, level) != 1.0 \
+            or score(f"<answer>{NOT_AN_ANSWER}</answer>", name, entry_back, level) >= 1.0:
         return None
     return {
         "data_source": SOURCE_PREFIX + name,

@@ -2,8 +2,10 @@
 
 The answer is the completion's last `<answer>…</answer>` (stripped, as reasoning-gym's own
 `extract_answer` reads it), else its last non-empty line. It is scored by the family's
-scorer (`reasoning_gym.get_score_answer_fn(family)`) against the entry stored in the row's
-`extra_info.reasoning_gym.entry`; a scorer that raises on a malformed answer scores 0.0.
+scorer (`score_answer` of its dataset at the row's level: some scorers read their
+configuration; `get_score_answer_fn(family)` for a row without a level) against the entry
+stored in the row's `extra_info.reasoning_gym.entry`; a scorer that raises on a malformed
+answer scores 0.0.
 Scores are the scorer's: 1.0 right, partial credit where the family gives it.
 
 verl (0.9.1): reward.custom_reward_function.path=pkg://dyngen.generators.reasoning_gym.reward
@@ -35,8 +37,8 @@ def final_answer(text: str) -> str | None:
 
 
 def entry_of(extra_info: Mapping[str, Any] | None, data_source: str | None = None
-             ) -> tuple[str, dict[str, Any]]:
-    """(family, entry) stored in a row's extra_info; a clear error if they are not there."""
+             ) -> tuple[str, int | None, dict[str, Any]]:
+    """(family, level, entry) stored in a row's extra_info; a clear error if not there."""
     info = (extra_info or {}).get("reasoning_gym") if isinstance(extra_info, Mapping) else None
     if isinstance(info, str):  # a trainer that kept the struct as JSON text
         info = json.loads(info)
@@ -50,16 +52,19 @@ def entry_of(extra_info: Mapping[str, Any] | None, data_source: str | None = Non
             f"(rows ReasoningGymCurriculum wrote); found extra_info keys {keys} and "
             f"data_source {data_source!r}. Train on those rows, or score other rows with "
             "their own reward function.")
-    return str(family), decode_entry(entry) if isinstance(entry, str) else dict(entry)
+    level = info.get("level")
+    level = level if isinstance(level, int) and not isinstance(level, bool) else None
+    return str(family), level, decode_entry(entry) if isinstance(entry, str) else dict(entry)
 
 
-def score(solution: str, family: str, entry: dict[str, Any]) -> float:
-    """The family's scorer on the completion's final answer (0.0 for none, or if it raises)."""
+def score(solution: str, family: str, entry: dict[str, Any], level: int | None = None) -> float:
+    """The family's scorer (its dataset's at `level`) on the completion's final answer;
+    0.0 for no answer, or if the scorer raises."""
     answer = final_answer(solution)
     if answer is None:
         return 0.0
     try:
-        value = scorer(family)(answer, entry)
+        value = scorer(family, level)(answer, entry)
     except Exception:  # noqa: BLE001 - a scorer may choke on any malformed answer
         return 0.0
     return float(value)
@@ -72,8 +77,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any = None,
     The label is the stored entry (the scorer reads its answer and metadata), so
     `ground_truth` is not needed; it is the entry's answer, for readers of the row.
     """
-    family, entry = entry_of(extra_info, data_source)
-    return score(solution_str or "", family, entry)
+    family, level, entry = entry_of(extra_info, data_source)
+    return score(solution_str or "", family, entry, level)
 
 
 def _text(completion: Any) -> str:
@@ -97,6 +102,6 @@ def reasoning_gym_reward(prompts: Sequence[Any], completions: Sequence[Any],
     sources = list(data_source) if data_source is not None else [None] * len(completions)
     out = []
     for completion, info, source in zip(completions, extra_info, sources, strict=True):
-        family, entry = entry_of(info, source)
-        out.append(score(_text(completion), family, entry))
+        family, level, entry = entry_of(info, source)
+        out.append(score(_text(completion), family, entry, level))
     return out
