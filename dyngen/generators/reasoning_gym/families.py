@@ -162,9 +162,12 @@ def scorer(family: str, level: int | None = None) -> Callable[[str | None, dict[
 
 def encode_entry(entry: dict[str, Any]) -> str:
     """An entry as JSON text that `decode_entry` turns back into an equal entry."""
-    text = json.dumps(_tagged(entry), ensure_ascii=False, allow_nan=False)
-    if decode_entry(text) != entry:
-        raise ValueError("the entry holds values JSON cannot keep (e.g. sets or objects)")
+    try:
+        text = json.dumps(_tagged(entry), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        text = None
+    if text is None or decode_entry(text) != entry:
+        raise ValueError("the entry holds values JSON cannot keep (e.g. sets, NaN or objects)")
     return text
 
 

@@ -185,7 +185,7 @@ def _row(name: str, family: Family, entry: dict[str, Any], index: int) -> dict[s
         return None
     try:
         stored = encode_entry(entry)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
     entry_back = decode_entry(stored)
     # The label must score 1.0 as the reward will read it, and an answer that cannot be
