@@ -12,7 +12,14 @@ import pytest
 
 from dyngen.errors import ConfigError
 from dyngen.generators.reasoning_gym import ReasoningGymCurriculum
-from dyngen.generators.reasoning_gym.decisions import DEMOTED, HELD, PROMOTED, decide, fresh_memory
+from dyngen.generators.reasoning_gym.decisions import (
+    DEMOTED,
+    HELD,
+    PROMOTED,
+    decide,
+    fresh_memory,
+    moved,
+)
 from dyngen.generators.reasoning_gym.families import Family, decode_entry, encode_entry
 from dyngen.generators.reasoning_gym.generator import shares
 from dyngen.round.context import RoundContext, Trigger
@@ -141,6 +148,12 @@ def test_a_level_fallen_from_is_tried_again_after_a_doubling_wait() -> None:
     level = 1
     decided = [decide(memory, level, top, (4.0, 4), CFG)[0] for _ in range(4)]
     assert decided == [HELD, HELD, HELD, PROMOTED]  # 2 * 2**1 batch ends at level 1
+    moved(memory, PROMOTED, 1, 2)
+    assert memory == {"window": [], "batch_ends": 0, "fell_from": {"2": 1}}
+    moved(memory, DEMOTED, 2, 1)
+    assert memory["fell_from"] == {"2": 2}  # the next try waits 2 * 2**2 batch ends
+    moved(memory, PROMOTED, 2, 3)  # level 2 mastered after all: its falls are forgotten
+    assert memory["fell_from"] == {}
     at_top = fresh_memory()
     assert decide(at_top, top, top, (4.0, 4), CFG) == (HELD, 1.0, "1 of 2 batch ends at this "
                                                                    "level")

@@ -82,9 +82,10 @@ def moved(memory: dict[str, Any], decision: str, old_level: int, new_level: int)
         key = str(old_level)
         memory["fell_from"][key] = int(memory["fell_from"].get(key, 0)) + 1
     elif decision == PROMOTED:
-        # Mastering a level shows the policy grew: levels up to it are open again.
+        # Leaving a level upwards shows it mastered: falls from it and below are forgotten
+        # (a retry of the level fallen from keeps its count, so the next wait doubles).
         memory["fell_from"] = {k: v for k, v in memory["fell_from"].items()
-                               if int(k) > new_level}
+                               if int(k) > old_level}
 
 
 def _mean(window: list[list[float]]) -> float | None:
