@@ -1,0 +1,116 @@
+"""A simulated training run on ReasoningGymCurriculum, as users run it: `dyngen round` after
+each batch end, with the batch's rollouts file, from a scripted policy that solves a family
+up to a hidden level and fails above it. One round in the middle runs in a new process
+(a restart): levels come back from the dataset's lineage, nothing else holds them.
+
+With window W, a family at hidden level H first reaches H at round 1 + W*H and from then on
+is at H, except W rounds at H + 1 after each wait (W*2, W*4, ... rounds): with W = 2, after
+20 rounds chain_sum (H = 1) and leg_counting (H = 3) are at their hidden levels.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dyngen.cli import app
+from dyngen.store import Store
+from dyngen.trainers.rollouts import rollouts_dir, write_rollouts
+from tests.rows import verl_rows
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+REPO = Path(__file__).resolve().parents[2]
+HIDDEN = {"chain_sum": 1, "leg_counting": 3}
+WINDOW, ROUNDS, RESTART_AT = 2, 20, 10
+CONFIG = f"""
+data:
+  datagen:
+    path: pkg://dyngen.generators.reasoning_gym
+    name: ReasoningGymCurriculum
+    tasks: {{chain_sum: 1, leg_counting: 1}}
+    rows_per_round: 8
+    promote_at: 0.8
+    demote_at: 0.3
+    window: {WINDOW}
+    seed: 0
+"""
+
+
+def batch(store: Store, rng: random.Random) -> list[dict[str, Any]]:
+    """A training batch: the newest round's rows and a few older reasoning-gym rows."""
+    head = store.head("rg")
+    rows = store.load("rg", head.version).to_list()
+    older = len(store.load("rg", head.version - 1))
+    fresh = rows[older:]  # the near-duplicate filter may have kept fewer than were made
+    ours = [r for r in rows[:older] if r["data_source"].startswith("reasoning_gym/")]
+    return fresh + rng.sample(ours, min(4, len(ours)))
+
+
+def rollouts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scripted policy's rewards: 1 up to the family's hidden level, 0 above. Every other
+    record names its family; the rest carry only the prompt (found in the dataset)."""
+    out = []
+    for i, row in enumerate(rows):
+        info = row["extra_info"]["reasoning_gym"]
+        record = {"prompt": row["prompt"],
+                  "score": 1.0 if info["level"] <= HIDDEN[info["family"]] else 0.0}
+        if i % 2:
+            record["data_source"] = row["data_source"]
+        out.append(record)
+    return out
+
+
+def levels(store: Store) -> list[dict[str, int]]:
+    """Each round's levels, from the version records' lineage."""
+    return [dict(r.lineage["generator"]["state"]["levels"]) for r in store.history("rg")[1:]]
+
+
+def test_each_family_settles_at_its_hidden_level_across_a_restart(tmp_path: Path) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    store = Store(tmp_path / "store")
+    store.create("rg", verl_rows(4))
+    config = tmp_path / "dyngen.yaml"
+    config.write_text(CONFIG)
+    folder = rollouts_dir(store.root, "rg", "run-1")
+    rng = random.Random(0)
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PYTHONPATH": str(REPO)}
+    for step in range(1, ROUNDS + 1):
+        args = ["--root", str(store.root), "round", "rg", "--config", str(config),
+                "--step", str(step)]
+        if step > 1:
+            path = write_rollouts(folder / f"batch-{step}.jsonl", rollouts(batch(store, rng)))
+            args += ["--rollouts", str(path)]
+        if step == RESTART_AT:  # a new process: only the lineage knows the levels
+            done = subprocess.run([sys.executable, "-m", "dyngen.cli", *args], env=env,
+                                  cwd=REPO, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+        else:
+            result = CliRunner().invoke(app, args)
+            assert result.exit_code == 0, result.output
+    trajectory = levels(store)
+    assert len(trajectory) == ROUNDS
+    for family, hidden in HIDDEN.items():
+        seen = [t[family] for t in trajectory]
+        first = seen.index(hidden)
+        assert first + 1 == 1 + WINDOW * hidden, seen  # round numbers count from 1
+        assert all(hidden <= level <= hidden + 1 for level in seen[first:]), seen
+        assert seen[-4:] == [hidden] * 4, seen
+    # The restart kept the levels: the restarted round went on from its parent's.
+    before, after = trajectory[RESTART_AT - 2], trajectory[RESTART_AT - 1]
+    assert all(abs(after[f] - before[f]) <= 1 for f in HIDDEN) and after != {f: 0 for f in HIDDEN}
+    assert trajectory[-1]["leg_counting"] - trajectory[-1]["chain_sum"] == 2
+    # Rows are written at the level of their round; the stats count them by level.
+    head = store.head("rg").lineage["generator"]["stats"]
+    assert head["rows"] == {f: {str(h): 4} for f, h in HIDDEN.items()}
+    print("\nround  " + "  ".join(HIDDEN) + "\n" + "\n".join(
+        f"{i:>5}  " + "  ".join(f"{t[f]:>{len(f)}}" for f in HIDDEN)
+        for i, t in enumerate(trajectory, 1)))
