@@ -193,3 +193,20 @@ def test_families_whose_labels_cannot_be_checked_write_no_rows() -> None:
     rows = gen.generate(make_seed_dataset(), context(1))
     assert {r["data_source"] for r in rows} == {"reasoning_gym/chain_sum"}
     assert gen.stats["unproved_labels"] == {"rush_hour": 2, "game_of_life_halting": 2}
+
+
+def test_partitions_write_their_shares_with_seeds_of_their_own() -> None:
+    def share(partition: int) -> ReasoningGymCurriculum:
+        gen = ReasoningGymCurriculum({"tasks": ["chain_sum", "leg_counting"],
+                                      "rows_per_round": 7})
+        ctx = RoundContext("ds", 1, 0, Trigger(step=1), partition=partition, partitions=2)
+        gen.rows = gen.generate(make_seed_dataset(), ctx).to_list()  # type: ignore[attr-defined]
+        return gen
+
+    first, second = share(0), share(1)
+    assert len(first.rows) + len(second.rows) == 7  # type: ignore[attr-defined]
+    assert first.stats["rows"] == {"chain_sum": {"0": 2}, "leg_counting": {"0": 2}}
+    assert second.stats["rows"] == {"chain_sum": {"0": 2}, "leg_counting": {"0": 1}}
+    questions = [r["prompt"][0]["content"] for g in (first, second) for r in g.rows]
+    assert len(set(questions)) == len(questions)
+    assert first.state == second.state
