@@ -20,8 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from dyngen.generators.proposer.text import question_of
-from dyngen.generators.reasoning_gym.families import family_of_source
+from dyngen.generators.reasoning_gym.families import SOURCE_PREFIX, family_of_source
 from dyngen.round.rollouts import Rollout
 
 PROMOTED, DEMOTED, HELD = "promoted", "demoted", "held"
@@ -149,20 +152,38 @@ def _level_of(extra_info: Any) -> int | None:
 
 
 def _row_index(rows: Any, questions: set[str]) -> dict[str, tuple[str, int | None]]:
-    """(family, level) of the dataset's reasoning-gym rows whose question is wanted."""
+    """(family, level) of the dataset's reasoning-gym rows whose question is wanted.
+
+    Trainers' rollouts files carry only prompts, so this runs most rounds over the whole
+    dataset: the rows are picked in Arrow (reasoning-gym rows, a message with a wanted
+    text) and only those become Python objects.
+    """
     names = rows.column_names if hasattr(rows, "column_names") else []
     if not questions or not {"prompt", "data_source"} <= set(names):
         return {}
     columns = ["prompt", "data_source"] + (["extra_info"] if "extra_info" in names else [])
+    wanted = pa.array(sorted(questions), pa.string())
     out: dict[str, tuple[str, int | None]] = {}
-    for batch in rows.select_columns(columns).iter(batch_size=4096):
-        infos = batch.get("extra_info") or [None] * len(batch["prompt"])
-        for prompt, source, info in zip(batch["prompt"], batch["data_source"], infos,
-                                        strict=True):
-            family = family_of_source(source)
-            if family is None:
-                continue
-            question = question_of(prompt)
+    for batch in rows.select_columns(columns).with_format("arrow").iter(batch_size=1 << 16):
+        ours = batch.filter(pc.fill_null(pc.starts_with(batch["data_source"], SOURCE_PREFIX),
+                                         False))
+        for row in _rows_asking(ours, wanted):
+            question = question_of(row["prompt"])
             if question in questions:
-                out[question] = (family, _level_of(info))
+                family = family_of_source(row["data_source"])
+                if family is not None:
+                    out[question] = (family, _level_of(row.get("extra_info")))
     return out
+
+
+def _rows_asking(table: pa.Table, wanted: pa.Array) -> list[dict[str, Any]]:
+    """The rows of `table` with a prompt message whose text (trimmed) is wanted."""
+    if not table.num_rows:
+        return []
+    prompts = table["prompt"].combine_chunks()
+    if not pa.types.is_list(prompts.type) or not pa.types.is_struct(prompts.type.value_type):
+        return table.to_pylist()  # not verl's message lists: judged row by row
+    texts = pc.utf8_trim_whitespace(pc.list_flatten(prompts).field("content"))
+    hits = pc.filter(pc.list_parent_indices(prompts), pc.fill_null(pc.is_in(texts, wanted),
+                                                                    False))
+    return table.take(pa.array(sorted(set(hits.to_pylist())), pa.int64())).to_pylist()
