@@ -114,3 +114,17 @@ def test_each_family_settles_at_its_hidden_level_across_a_restart(tmp_path: Path
     print("\nround  " + "  ".join(HIDDEN) + "\n" + "\n".join(
         f"{i:>5}  " + "  ".join(f"{t[f]:>{len(f)}}" for f in HIDDEN)
         for i, t in enumerate(trajectory, 1)))
+
+
+def test_an_unknown_family_fails_the_round_before_it_commits_anything(tmp_path: Path) -> None:
+    from dyngen.flows.generation_round import generation_round
+
+    store = Store(tmp_path / "store")
+    store.create("rg", verl_rows(4))
+    config = {"store": {"root": str(store.root)}, "data": {"datagen": {
+        "path": "pkg://dyngen.generators.reasoning_gym", "name": "ReasoningGymCurriculum",
+        "tasks": ["chain_summ", "leg_counting"]}}}
+    state = generation_round("rg", config, {"step": 1}, return_state=True)
+    assert state.is_failed()
+    assert "no task family 'chain_summ'. Did you mean chain_sum" in state.message
+    assert store.head_version("rg") == 0
