@@ -12,7 +12,7 @@ pip_install --upgrade pip
 # find-links). Plain `torch`, an open range, or a package that pulls torch in before it is
 # installed downloads a multi-GB CUDA build instead.
 pip_install torch==2.13.0
-pip_install -e ".[dev]"
+pip_install -e ".[dev,reasoning-gym]"
 # verl's runtime imports on the dataset code path (rl_dataset, protocol, trainer.ppo.utils,
 # torchdata's StatefulDataLoader); torch repeated so nothing may move it.
 pip_install torch==2.13.0 ray==2.55.1 tensordict==0.10.0 torchdata==0.11.0 \

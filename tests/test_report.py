@@ -159,3 +159,27 @@ def test_write_report_replaces_the_file_whole(grown: Store, tmp_path: Path) -> N
     assert write_report(grown, "grown", out) == out
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_curriculums_levels_are_drawn_one_line_per_family(tmp_path: Path) -> None:
+    """ReasoningGymCurriculum records `levels` per family in its state: one chart draws them."""
+    store = Store(tmp_path)
+    store.create("rg", verl_rows(2))
+    trajectory = [{"chain_sum": 0, "leg_counting": 0}, {"chain_sum": 1, "leg_counting": 1},
+                  {"chain_sum": 1, "leg_counting": 2}]
+    for i, levels in enumerate(trajectory):
+        store.append("rg", verl_rows(1, start=10 + i), lineage=round_lineage(
+            i + 1, 1, {}, generator={"name": "ReasoningGymCurriculum",
+                                     "state": {"levels": levels, "memory": {}}}))
+    history = history_of(store.history("rg"))
+    assert [r.levels for r in history.rounds] == trajectory
+    page = report_html(store, "rg")
+    assert charts_in(page) == ["rows", "counts", "metrics", "state", "levels", "timings"]
+    levels = page[page.index('data-chart="levels"'):page.index('data-chart="timings"')]
+    assert re.search(r"<text[^>]*>chain_sum</text>", levels)
+    assert re.search(r"<text[^>]*>leg_counting</text>", levels)
+    plain = Store(tmp_path / "plain")
+    plain.create("plain", verl_rows(1))
+    plain.append("plain", verl_rows(1, start=5), lineage=round_lineage(1, 1, {}))
+    assert "Nothing to draw: no generator recorded levels per family." in report_html(
+        plain, "plain")

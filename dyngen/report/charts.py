@@ -96,6 +96,24 @@ def state_chart(history: History) -> str | None:
     return _panels(series, "version", f"{history.dataset}-state", drawstyle="steps-post")
 
 
+def levels_chart(history: History) -> str | None:
+    """Each task family's curriculum level over versions, one line per family."""
+    families = history.level_names()
+    if not families:
+        return None
+    fig, ax = _figure(3.2)
+    for i, family in enumerate(families):
+        points = [(r.version, r.levels[family]) for r in history.rounds if family in r.levels]
+        xs, ys = _thin([p[0] for p in points], [p[1] for p in points])
+        ax.plot(xs, ys, drawstyle="steps-post", label=family, linewidth=1.5,
+                color=STAGE_COLORS[i % len(STAGE_COLORS)],
+                linestyle=("-", "--", ":", "-.")[i // len(STAGE_COLORS) % 4])
+    _legend_above(fig, len(families))
+    _labels(ax, "version", "level")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    return _svg(fig, f"{history.dataset}-levels")
+
+
 def timings_chart(history: History) -> str | None:
     """Seconds per stage of each round, stacked; long histories binned (mean per round)."""
     stages = history.stage_names()

@@ -31,6 +31,8 @@ class RoundPoint:
     state: dict[str, float]
     timings: dict[str, float]
     generator: str
+    # A curriculum's level per task family (its state's `levels`, e.g. ReasoningGymCurriculum).
+    levels: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,6 +66,13 @@ class History:
         """Numeric generator-state fields, most often recorded first, at most MAX_SERIES."""
         return _most_common(r.state for r in self.rounds)
 
+    def level_names(self) -> list[str]:
+        """Task families with a recorded level, in the order they first appear."""
+        seen: dict[str, None] = {}
+        for r in self.rounds:
+            seen.update(dict.fromkeys(r.levels))
+        return list(seen)
+
     def stage_names(self) -> list[str]:
         """Timed stages in the order rounds recorded them."""
         seen: dict[str, None] = {}
@@ -96,6 +105,7 @@ def round_point(rec: VersionRecord) -> RoundPoint | None:
         return None
     trigger = _mapping(lineage.get("trigger"))
     generator = _mapping(lineage.get("generator"))
+    state = _mapping(generator.get("state"))
     step = trigger.get("step")
     rejected = {str(k): int(v) for k, v in _mapping(counts.get("rejected")).items()
                 if _is_number(v)}
@@ -104,9 +114,10 @@ def round_point(rec: VersionRecord) -> RoundPoint | None:
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
         generated=_int(counts.get("generated")), kept=_int(counts.get("kept")),
         rejected=rejected, metrics=numbers(_mapping(trigger.get("metrics"))),
-        state=numbers(_mapping(generator.get("state"))),
+        state=numbers(state),
         timings=numbers(_mapping(lineage.get("timings"))),
         generator=str(generator.get("name") or generator.get("class") or ""),
+        levels={k: v for k, v in numbers(_mapping(state.get("levels"))).items() if "." not in k},
     )
 
 

@@ -45,6 +45,9 @@ SECTIONS = (
     ("state", "Generator state over rounds", charts.state_chart,
      "The numeric fields the generator recorded as its state (e.g. a curriculum's level).",
      "no generator recorded a numeric state"),
+    ("levels", "Curriculum levels by task family", charts.levels_chart,
+     "Each task family's level (the generator state's `levels`, e.g. ReasoningGymCurriculum's "
+     "reasoning-gym families) after each round.", "no generator recorded levels per family"),
     ("timings", "Stage timings", charts.timings_chart,
      "Seconds each round spent per stage.", "no round recorded timings"),
 )

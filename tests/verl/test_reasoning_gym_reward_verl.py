@@ -1,0 +1,72 @@
+"""The reasoning-gym reward inside real verl 0.9.1: loaded by verl's own `get_custom_reward_fn`
+from `reward.custom_reward_function`, and called by verl's NaiveRewardManager on a batch of
+curriculum rows that verl's RLHFDataset read from parquet, with tokenized responses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import verl
+from omegaconf import OmegaConf
+from verl import DataProto
+from verl.trainer.ppo.reward import get_custom_reward_fn
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+from verl.workers.reward_manager.naive import NaiveRewardManager
+
+from dyngen.generators.reasoning_gym import ReasoningGymCurriculum
+from dyngen.round.context import RoundContext, Trigger
+
+
+def rows() -> list[dict[str, Any]]:
+    """Three rows the curriculum wrote: chain_sum, leg_counting, basic_arithmetic."""
+    gen = ReasoningGymCurriculum({"tasks": ["chain_sum", "leg_counting", "basic_arithmetic"],
+                                  "rows_per_round": 3})
+    return gen.generate([], RoundContext("verl", 1, 0, Trigger())).to_list()
+
+
+def batch(tmp_path: Path, tokenizer: Any, made: list[dict[str, Any]],
+          responses: list[str]) -> DataProto:
+    """A rollout batch as verl's trainer holds it when it computes rewards."""
+    path = tmp_path / "rg.parquet"
+    pq.write_table(pa.Table.from_pylist(made), path)
+    data = OmegaConf.create({"max_prompt_length": 512, "filter_overlong_prompts": False,
+                             "cache_dir": str(tmp_path / "cache")})
+    ds = RLHFDataset([str(path)], tokenizer, data)
+    collated = collate_fn([ds[i] for i in range(len(ds))])
+    non_tensors = {k: v for k, v in collated.items() if isinstance(v, np.ndarray)}
+    width = 24
+    prompts = tokenizer(["question"] * len(responses), return_tensors="pt")["input_ids"]
+    answers = [tokenizer(r, add_special_tokens=False)["input_ids"][:width] for r in responses]
+    response_ids = torch.full((len(responses), width), tokenizer.pad_token_id)
+    mask = torch.zeros((len(responses), prompts.shape[1] + width), dtype=torch.long)
+    mask[:, :prompts.shape[1]] = 1
+    for i, ids in enumerate(answers):
+        response_ids[i, :len(ids)] = torch.tensor(ids)
+        mask[i, prompts.shape[1]:prompts.shape[1] + len(ids)] = 1
+    return DataProto.from_dict(
+        tensors={"prompts": prompts, "responses": response_ids, "attention_mask": mask},
+        non_tensors=non_tensors)
+
+
+def test_verl_loads_and_calls_the_reward_as_its_trainer_does(tmp_path: Path,
+                                                             qwen_tokenizer: Any) -> None:
+    base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
+    cfg = OmegaConf.merge(base, {"reward": {"custom_reward_function": {
+        "path": "pkg://dyngen.generators.reasoning_gym.reward", "name": "compute_score"}}})
+    compute_score = get_custom_reward_fn(cfg)
+    manager = NaiveRewardManager(qwen_tokenizer, num_examine=0, compute_score=compute_score)
+    made = rows()
+    truths = [r["reward_model"]["ground_truth"] for r in made]
+    # Right: in answer tags, or as the last line; wrong: each off by one.
+    right = [f"<answer>{truths[0]}</answer>", f"Counted.\n{truths[1]}",
+             f"<answer> {truths[2]} </answer>"]
+    wrong = [f"<answer>{int(t) + 1}</answer>" for t in truths]
+    for responses, expected in ((right, 1.0), (wrong, 0.0)):
+        result = manager(batch(tmp_path, qwen_tokenizer, made, responses), return_dict=True)
+        rewards = result["reward_tensor"].sum(-1).tolist()
+        assert rewards == [expected] * 3, (responses, rewards)
