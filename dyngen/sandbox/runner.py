@@ -1,20 +1,34 @@
-"""What runs inside the sandbox: read a request, drop privileges, limit, call, report.
+"""The sandbox's supervisor: set up once, then fork one child per run from a started interpreter.
 
 This file is handed to a bare interpreter (`python -S -s -B -c <this text>`) inside the
-sandbox, so it imports nothing but the standard library and never dyngen. The request
-comes on stdin as a Python dict literal: {program, function, argument (a literal's text),
-result_fd, uid, limits}. The one result goes to `result_fd` as a dict literal: {ok, value
-(repr), reason, detail}. The program's own output goes to stdout/stderr, which the parent
-counts and bounds. Literals are read with the C parser (_ast) alone: importing `ast` and
-`json` would double the interpreter's start-up.
+sandbox, so it imports nothing but the standard library and never dyngen. Frames (a 4-byte
+length, then a Python dict literal) come on stdin: first the setup {tmp_bytes, tmp_inodes,
+mount_tmp, seccomp (BPF programs to load), uid, gid, result_fd}, then one request per run
+{program, function, argument (a literal's text), max_value_chars, max_output_bytes,
+timeout, limits, env}. Only this process writes to `result_fd`: {ready} once, then per run
+{ok, value (repr), reason, detail, clean}.
+
+Per run the child closes every descriptor it inherited (the result channel included),
+keeping only its own output pipe and a report pipe to this process; drops to `uid`; sets its
+rlimits; runs in /tmp; and reports. This process checks the report's shape, kills whatever
+the run left, empties /tmp and says whether it is clean: a sandbox that is not is replaced.
+Literals are read with the C parser (_ast) alone: importing `ast` would double start-up.
 """
 
 import _ast
+import contextlib
 import os
 import resource
+import select
+import signal
 import sys
+import time
 
 _DETAIL = 500  # characters of an error message kept in the result
+_REASONS = ("timeout", "memory", "error", "forbidden", "output_limit", "crashed")
+# Imported once here, so a run that imports them starts at once (a fork shares them).
+_WARM = ("collections", "itertools", "functools", "math", "re", "string", "heapq", "bisect",
+         "operator", "json", "fractions", "decimal", "statistics", "random", "copy")
 
 
 def _literal(text: str) -> object:
@@ -46,30 +60,95 @@ def _value(node: object) -> object:
     raise ValueError(f"not a literal: {type(node).__name__}")
 
 
-def _drop_privileges(uid: int, gid: int) -> None:
-    """Become `uid` with no groups and no capabilities (the kernel counts RLIMIT_NPROC for
-    every uid but root, so a sandbox started by root must not stay root)."""
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-
-
-def _limit(limits: dict) -> None:
-    """Set each rlimit (soft and hard: the program cannot raise them again)."""
-    for name, value in limits.items():
-        kind = getattr(resource, name)
-        resource.setrlimit(kind, (value, value))
-
-
-def _report(fd: int, main_pid: int, result: dict) -> None:
-    """Write the result and end at once: no atexit hook or finaliser of the program runs."""
-    if os.getpid() != main_pid:  # a child the program forked: only the runner reports
-        os._exit(0)
-    data = repr(result).encode()
+def _write_frame(fd: int, message: dict) -> None:
+    """One frame: the literal's length, then the literal."""
+    data = repr(message).encode()
+    data = len(data).to_bytes(4, "big") + data
     while data:
         data = data[os.write(fd, data):]
-    os._exit(0)
 
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """`size` bytes from `fd`, or fewer at its end."""
+    data = b""
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _read_frame(fd: int) -> dict | None:
+    """The next frame from the worker, or None at the end of its requests."""
+    head = _read_exactly(fd, 4)
+    if len(head) < 4:
+        return None
+    return _literal(_read_exactly(fd, int.from_bytes(head, "big")).decode())
+
+
+# ---- set-up, once per sandbox ----------------------------------------------------------
+
+def _libc():  # noqa: ANN202 - ctypes is imported only where it is needed
+    import ctypes
+
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_tmp(size: int, inodes: int) -> None:
+    """A tmpfs on /tmp bounded in bytes AND inodes (bubblewrap's --size bounds bytes only)."""
+    ctypes, libc = _libc()
+    options = f"size={size},nr_inodes={inodes},mode=1777".encode()
+    if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0x2 | 0x4 | 0x8, options) != 0:  # nosuid,dev,exec
+        raise OSError(ctypes.get_errno(), "mount /tmp")
+
+
+def _keep_capabilities(keep: tuple[int, ...]) -> None:
+    """Drop every capability but `keep` (CAP_SYS_ADMIN, needed only to mount /tmp, goes)."""
+    ctypes, libc = _libc()
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    mask = sum(1 << cap for cap in keep)
+    data = (Data * 2)(Data(mask, mask, 0), Data(0, 0, 0))
+    if libc.capset(ctypes.byref(Header(0x20080522, 0)), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _load_seccomp(program: bytes) -> None:
+    """Load one BPF filter on this process (and so on every child it forks)."""
+    ctypes, libc = _libc()
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "no_new_privs")
+    prog = Program(len(program) // 8, program)
+    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp")
+
+
+def _set_up(setup: dict) -> None:
+    """Mount /tmp (as root), keep only the capabilities a run's switch needs, load filters."""
+    if setup["mount_tmp"]:
+        _mount_tmp(int(setup["tmp_bytes"]), int(setup["tmp_inodes"]))
+        _keep_capabilities((5, 6, 7))  # CAP_KILL (end a run), CAP_SETGID, CAP_SETUID
+    if not setup["own_pid_namespace"]:
+        _, libc = _libc()
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: a double fork stays below
+    for program in setup["seccomp"]:
+        _load_seccomp(program)
+    for name in _WARM:
+        __import__(name)
+
+
+# ---- one run ---------------------------------------------------------------------------
 
 def _failure(reason: str, error: BaseException) -> dict:
     """A result for a run that raised `error`."""
@@ -91,6 +170,8 @@ def _call(request: dict) -> dict:
             raise NameError(f"the program defines no function {request['function']!r}")
         value = function(argument)
         text = repr(value)
+        if type(text) is not str:
+            raise TypeError("the value's __repr__ returned no str")
         if len(text) > int(request["max_value_chars"]):
             return {"ok": False, "value": None, "reason": "output_limit",
                     "detail": f"the value's repr has {len(text)} characters, over "
@@ -102,23 +183,206 @@ def _call(request: dict) -> dict:
         return _failure("error", error)
 
 
-def main() -> None:
-    """Fork: the child drops privileges, limits itself and runs the program; this process
-    (the sandbox's PID 1 under bwrap) stays out of its reach and waits for it."""
-    request = _literal(sys.stdin.buffer.read().decode())
-    sys.stdin.close()
-    fd = int(request["result_fd"])
+def _child(setup: dict, request: dict, report: int, output: int) -> None:
+    """The run's process: only its output and report pipes, unprivileged, limited."""
+    try:
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.dup2(report, 3)
+        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.chdir(setup["tmp"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if setup.get("uid") is not None:
+            os.setgroups([])
+            os.setresgid(setup["gid"], setup["gid"], setup["gid"])
+            os.setresuid(setup["uid"], setup["uid"], setup["uid"])
+        for name, value in request["limits"].items():
+            # CPU: the soft limit's SIGXCPU first (reported as a timeout), a second later
+            # the hard one's SIGKILL; every other limit soft = hard.
+            hard = value + 1 if name == "RLIMIT_CPU" else value
+            resource.setrlimit(getattr(resource, name), (value, hard))
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        result = _call(request)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):  # the program's stream may be broken
+                stream.flush()
+        _write_frame(3, result)
+    finally:
+        os._exit(0)
+
+
+def _supervise(child: int, report: int, output: int, request: dict) -> tuple[bytes, str | None]:
+    """Read the child's report and count its output until both end or a bound breaks."""
+    deadline = time.monotonic() + float(request["timeout"])
+    limit = 4 * int(request["max_value_chars"]) + 4096
+    data, seen, tail, open_fds = b"", 0, b"", {report, output}
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return data, "timeout"
+        for fd in select.select(list(open_fds), [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+            elif fd == output:
+                seen += len(chunk)
+                tail = (tail + chunk)[-2048:]
+                if seen > int(request["max_output_bytes"]):
+                    return data, "output_limit"
+            else:
+                data += chunk
+                if len(data) > limit:
+                    return data, "output_limit"
+    return data, None
+
+
+def _judge(data: bytes, broken: str | None, status: int, request: dict) -> dict:
+    """The run's result: the child's report if it has exactly the right shape."""
+    if broken == "timeout":
+        return {"ok": False, "value": None, "reason": "timeout",
+                "detail": f"still running after {float(request['timeout']):g} s"}
+    if broken == "output_limit":
+        return {"ok": False, "value": None, "reason": "output_limit",
+                "detail": f"printed more than {request['max_output_bytes']} bytes"}
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU:
+            return {"ok": False, "value": None, "reason": "timeout", "detail": "CPU time limit"}
+        if sig == signal.SIGKILL:
+            return {"ok": False, "value": None, "reason": "memory",
+                    "detail": "killed: over the sandbox's memory bound"}
+    try:
+        size = int.from_bytes(data[:4], "big")
+        if len(data) != 4 + size:
+            raise ValueError("not exactly one report")
+        result = _literal(data[4:].decode())
+        if type(result) is not dict or set(result) != {"ok", "value", "reason", "detail"}:
+            raise ValueError("a report of the wrong shape")
+        ok, value, reason, detail = (result[k] for k in ("ok", "value", "reason", "detail"))
+        if type(detail) is not str or len(detail) > _DETAIL:
+            raise ValueError("a detail of the wrong shape")
+        if ok is True and type(value) is str and reason is None:
+            if len(value) <= int(request["max_value_chars"]):
+                return result
+        elif ok is False and value is None and reason in _REASONS:
+            return result
+        raise ValueError("a report of the wrong shape")
+    except (ValueError, TypeError, SyntaxError, UnicodeDecodeError, MemoryError,
+            RecursionError) as error:
+        return {"ok": False, "value": None, "reason": "crashed",
+                "detail": f"no result from the run ({error}; exit status {status})"[:_DETAIL]}
+
+
+def _empty_tmp(setup: dict) -> bool:
+    """Remove everything the run left in /tmp (as the run's uid, which owns it all), and say
+    whether /tmp is empty again."""
+    cleaner = os.fork()
+    if cleaner == 0:
+        try:
+            if setup.get("uid") is not None:
+                os.setgroups([])
+                os.setresgid(setup["gid"], setup["gid"], setup["gid"])
+                os.setresuid(setup["uid"], setup["uid"], setup["uid"])
+            _remove_inside(setup["tmp"])
+        finally:
+            os._exit(0)
+    os.waitpid(cleaner, 0)
+    try:
+        return not os.listdir(setup["tmp"])
+    except OSError:
+        return False
+
+
+def _remove_inside(folder: str) -> None:
+    """Delete the contents of `folder`, making each folder writable first."""
+    for entry in os.scandir(folder):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                _remove_inside(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def _end_leftovers(setup: dict, child: int) -> None:
+    """Kill what the run left running and reap it: in the sandbox's own PID namespace, every
+    process but this one; unisolated, the run's process group."""
+    if setup["own_pid_namespace"]:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+    else:
+        for _ in range(3):  # the run's group, then any orphan reparented to this subreaper
+            for pid in [child, *_orphans()]:
+                for kill in (os.killpg, os.kill):
+                    with contextlib.suppress(OSError):
+                        kill(pid, signal.SIGKILL)
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+
+
+def _orphans() -> list[int]:
+    """Processes whose parent is this one (unisolated: the host's /proc is there)."""
+    found, me = [], os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as file:
+                    fields = file.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me:
+                found.append(int(entry))
+    return found
+
+
+def _run(setup: dict, request: dict) -> dict:
+    """One request: fork the run, supervise it, judge its report, clean up after it."""
+    report_r, report_w = os.pipe()
+    output_r, output_w = os.pipe()
     child = os.fork()
     if child == 0:
-        if request.get("uid") is not None:
-            _drop_privileges(int(request["uid"]), int(request["gid"]))
-        _limit(request["limits"])
-        me = os.getpid()
-        _report(fd, me, _call(request))
-    os.close(fd)
+        _child(setup, request, report_w, output_w)
+    os.close(report_w)
+    os.close(output_w)
+    try:
+        data, broken = _supervise(child, report_r, output_r, request)
+    finally:
+        os.close(report_r)
+        os.close(output_r)
+    if broken:
+        with contextlib.suppress(OSError):
+            os.kill(child, signal.SIGKILL)
     _, status = os.waitpid(child, 0)
-    # The child's death by a signal (SIGXCPU, SIGSEGV, SIGKILL) is the run's exit status.
-    os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0)
+    result = _judge(data, broken, status, request)
+    _end_leftovers(setup, child)
+    result["clean"] = _empty_tmp(setup)
+    return result
+
+
+def main() -> None:
+    """Set up, say ready, then serve requests until the worker closes stdin."""
+    setup = _read_frame(0)
+    fd = int(setup["result_fd"])
+    try:
+        _set_up(setup)
+    except BaseException as error:
+        _write_frame(fd, {"ready": False, "detail": f"{type(error).__name__}: {error}"})
+        os._exit(1)
+    _write_frame(fd, {"ready": True})
+    while (request := _read_frame(0)) is not None:
+        _write_frame(fd, _run(setup, request))
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Hostile programs in the real sandbox (bubblewrap + rlimits), each with the AST filter on
 and bypassed: every one ends ok=False with its reason within the timeout plus a second, the
-worker goes on, nothing outside the sandbox changes and no process is left behind."""
+worker goes on, nothing outside the sandbox changes and no process is left behind once the
+pool of warm sandboxes is closed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from dyngen.sandbox import SandboxResult, run_python
 from dyngen.sandbox.bwrap import SANDBOX_UID
+from dyngen.sandbox.pool import close_pool
 
 TIMEOUT = 1.5
 
@@ -86,6 +88,9 @@ def watch(tmp_path: Path) -> Iterator[Watch]:
         yield Watch(tmp_path, server.getsockname()[1], accepted,
                     {"store": str(store / "secret.txt"), "tmp": str(tmp_secret),
                      "home": str(home_secret)})
+        # Warm sandboxes outlive a run by design; closing the pool must end them and
+        # everything a program started in them.
+        close_pool()
         deadline = time.monotonic() + 2
         while _processes() - before and time.monotonic() < deadline:
             time.sleep(0.05)
