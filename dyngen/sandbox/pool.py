@@ -41,9 +41,16 @@ class SandboxPool:
             self._release(key, box)
 
     def _acquire(self, key: tuple[str, int, int]) -> WarmSandbox:
-        with self._lock:
-            if self._idle[key]:
-                return self._idle[key].pop()
+        while True:
+            with self._lock:
+                box = self._idle[key].pop() if self._idle[key] else None
+                if box is not None and not box.alive():
+                    self._all.discard(box)
+                elif box is not None:
+                    return box
+                else:
+                    break
+            box.close()  # it died while idle: replaced below
         box = WarmSandbox(*key)
         with self._lock:
             self._all.add(box)

@@ -18,7 +18,9 @@ import selectors
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,29 @@ _PYTHON_ARGS = ["-S", "-s", "-B", "-c", _RUNNER]
 _START_SECONDS = 30.0
 _GRACE_SECONDS = 5.0  # the supervisor's own clean-up after a run's deadline
 _MAX_RUNS = 5000  # a sandbox is replaced after this many runs, whatever its checks said
+
+
+_spawn_thread: list[ThreadPoolExecutor] = []
+_spawn_lock = threading.Lock()
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """The one long-lived thread that starts every sandbox: bwrap's --die-with-parent is the
+    kernel's parent-death signal, sent when the THREAD that forked it ends, so a sandbox
+    started by a short-lived worker thread would die with that thread."""
+    with _spawn_lock:
+        if not _spawn_thread:
+            _spawn_thread.append(ThreadPoolExecutor(1, thread_name_prefix="dyngen-sandbox"))
+        return _spawn_thread[0]
+
+
+def _forget_spawner() -> None:
+    global _spawn_lock
+    _spawn_lock = threading.Lock()
+    _spawn_thread.clear()  # its thread is not in a forked child
+
+
+os.register_at_fork(after_in_child=_forget_spawner)
 
 
 class SandboxBroken(Exception):
@@ -126,9 +151,10 @@ class WarmSandbox:
             setup.update(result_fd=result_w, uid=uid, gid=SANDBOX_GID if uid else None,
                          tmp_bytes=TMP_BYTES, tmp_inodes=TMP_INODES)
             self.cgroup = Cgroup.create((self.memory_mb + 96) << 20, 64)
-            self.proc = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log,
-                cwd=cwd, env=popen_env, start_new_session=True, pass_fds=tuple(theirs))
+            self.proc = _spawner().submit(
+                subprocess.Popen, command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=self._log, cwd=cwd, env=popen_env, start_new_session=True,
+                pass_fds=tuple(theirs)).result()
         finally:
             for fd in theirs:
                 os.close(fd)
@@ -145,6 +171,10 @@ class WarmSandbox:
         if self.cgroup is not None and self.sandbox_pid is not None:
             with contextlib.suppress(OSError):
                 self.cgroup.add(self.sandbox_pid)
+
+    def alive(self) -> bool:
+        """Whether the supervisor is still there to serve a run."""
+        return not self.broken and self.proc.poll() is None
 
     def log(self) -> str:
         """The end of what the supervisor (or bwrap) wrote to stderr."""

@@ -9,7 +9,7 @@ from dyngen.sandbox.pool import pool
 from dyngen.sandbox.probe import require_bwrap
 from dyngen.sandbox.process import REASONS, SandboxBroken, SandboxResult, execute
 from dyngen.sandbox.screen import screen
-from dyngen.sandbox.values import argument_literal, same_value
+from dyngen.sandbox.values import UnshowableArgumentError, argument_literal, same_value
 
 ISOLATIONS = ("bwrap", "unisolated")
 MAX_PROGRAM_CHARS = 100_000
@@ -47,14 +47,19 @@ def run_python(program: str, function: str, argument: Any, *, timeout_seconds: f
     run is there.
 
     `argument` crosses as a literal (repr, read back with ast.literal_eval), the value
-    comes back as its repr: no pickle crosses. `isolation="bwrap"` (bubblewrap, rlimits,
+    comes back as its repr: no pickle crosses. Data that cannot cross (inf, nan, an int
+    too long to print, too deep) is an "error" result; a non-data argument (an object) is
+    the caller's mistake: SandboxInputError. `isolation="bwrap"` (bubblewrap, rlimits,
     the process tree killed at the timeout) raises SandboxUnavailableError where bubblewrap
     cannot run; "unisolated" runs with rlimits and the timeout only. `hash_seed` is
     PYTHONHASHSEED (set order depends on it). `screened=False` skips the AST filter, to
     show that the sandbox holds without it.
     """
     _check_call(program, function, timeout_seconds, memory_mb, isolation)
-    literal = argument_literal(argument)
+    try:
+        literal = argument_literal(argument)
+    except UnshowableArgumentError as error:  # hostile data is a result, never a raise
+        return SandboxResult.failed("error", str(error))
     if screened and (why := screen(program)):
         return SandboxResult.failed("forbidden", why)
     if isolation == "bwrap":

@@ -25,6 +25,8 @@ import sys
 import time
 
 _DETAIL = 500  # characters of an error message kept in the result
+# The builtins a run's own reporting uses, taken before any program can patch them.
+_len, _repr, _type, _int, _str, _callable = len, repr, type, int, str, callable
 _REASONS = ("timeout", "memory", "error", "forbidden", "output_limit", "crashed")
 # Imported once here, so a run that imports them starts at once (a fork shares them).
 _WARM = ("collections", "itertools", "functools", "math", "re", "string", "heapq", "bisect",
@@ -62,8 +64,8 @@ def _value(node: object) -> object:
 
 def _write_frame(fd: int, message: dict) -> None:
     """One frame: the literal's length, then the literal."""
-    data = repr(message).encode()
-    data = len(data).to_bytes(4, "big") + data
+    data = _repr(message).encode()
+    data = _len(data).to_bytes(4, "big") + data
     while data:
         data = data[os.write(fd, data):]
 
@@ -153,7 +155,7 @@ def _set_up(setup: dict) -> None:
 def _failure(reason: str, error: BaseException) -> dict:
     """A result for a run that raised `error`."""
     try:
-        text = f"{type(error).__name__}: {error}"
+        text = f"{_type(error).__name__}: {error}"
     except BaseException:  # the program's exception may not even print
         text = "an exception that cannot be printed"
     return {"ok": False, "value": None, "reason": reason, "detail": text[:_DETAIL]}
@@ -166,15 +168,15 @@ def _call(request: dict) -> dict:
         namespace = {"__name__": "__sandbox__"}
         exec(compile(request["program"], "<program>", "exec"), namespace)
         function = namespace.get(request["function"])
-        if not callable(function):
+        if not _callable(function):
             raise NameError(f"the program defines no function {request['function']!r}")
         value = function(argument)
-        text = repr(value)
-        if type(text) is not str:
+        text = _repr(value)
+        if _type(text) is not _str:
             raise TypeError("the value's __repr__ returned no str")
-        if len(text) > int(request["max_value_chars"]):
+        if _len(text) > _int(request["max_value_chars"]):
             return {"ok": False, "value": None, "reason": "output_limit",
-                    "detail": f"the value's repr has {len(text)} characters, over "
+                    "detail": f"the value's repr has {_len(text)} characters, over "
                               f"{request['max_value_chars']}"}
         return {"ok": True, "value": text, "reason": None, "detail": ""}
     except MemoryError as error:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dyngen.generators.code_tasks.tasks import code_block, functions_of, literal, program_of
 from dyngen.generators.proposer.sampling import seed_requests
 from dyngen.llm import ChatModel, ChatResult, Message
+from dyngen.sandbox import SandboxInputError, argument_literal
 
 if TYPE_CHECKING:
     from dyngen.generators.proposer.seeds import Seed
@@ -111,7 +112,11 @@ def parse_candidate(text: str, max_program_chars: int,
     ok, value = literal(m["arg"].strip("`"))
     if not ok:
         return "unparsed"
-    if len(program) > max_program_chars or len(repr(value)) > max_input_chars:
+    try:  # 1e999, nan, a 5,000-digit int, a nesting too deep: no input the sandbox can take
+        shown = argument_literal(value)
+    except SandboxInputError:
+        return "unparsed"
+    if len(program) > max_program_chars or len(shown) > max_input_chars:
         return "too_long"
     function = "f" if "f" in names else names[-1]
-    return Candidate(program.strip(), function, repr(value), value)
+    return Candidate(program.strip(), function, shown, value)

@@ -1,0 +1,109 @@
+"""Warm sandboxes: run_python reuses a started sandbox, and nothing passes from one run to the
+next on it (files, environment, kernel keys, shared memory, builtins, modules); a sandbox
+that fails a check or dies is replaced; the pool serves threads at once and survives a fork."""
+
+from __future__ import annotations
+
+import os
+import platform
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dyngen.sandbox import run_python
+from dyngen.sandbox.pool import close_pool, pool
+
+OS = "import operator, random\nos = operator.attrgetter('_' + 'os')(random)\n"
+LIBC = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+
+
+def run(program: str) -> str | None:
+    """One run on the same warm sandbox as the last (the filter bypassed: ctypes, sys)."""
+    result = run_python(program, "f", 0, screened=False)
+    assert result.ok, result
+    return result.value
+
+
+@pytest.fixture
+def one_sandbox() -> object:
+    """A fresh pool; afterwards, the runs must all have used one warm sandbox."""
+    close_pool()
+    yield pool()
+    assert pool().started == 1, "the runs did not share one warm sandbox"
+
+
+def test_a_file_left_in_tmp_is_gone(one_sandbox: object) -> None:
+    assert run(OS + "def f(x):\n    open('left', 'w').write('1')\n    os.mkdir('d')\n"
+               "    os.chmod('d', 0)\n    return sorted(os.listdir('.'))\n") == "['d', 'left']"
+    assert run(OS + "def f(x):\n    return os.listdir('/tmp')\n") == "[]"
+
+
+def test_an_environment_variable_is_gone(one_sandbox: object) -> None:
+    run(OS + "def f(x):\n    os.environ['LEFT'] = '1'\n    os.putenv('LEFT2', '1')\n    return 1\n")
+    assert run(OS + "def f(x):\n    return sorted(os.environ)\n") == (
+        "['HOME', 'LC_ALL', 'PWD', 'PYTHONHASHSEED', 'PYTHONUTF8']")
+
+
+def test_builtins_and_modules_patched_by_a_run_are_fresh_in_the_next(one_sandbox: object) -> None:
+    run("import builtins, sys, json\ndef f(x):\n    builtins.len = lambda v: 7\n"
+        "    builtins.LEFT = 1\n    json.dumps = None\n    sys.modules['left'] = sys\n"
+        "    sys.setrecursionlimit(50)\n    return len([])\n")
+    assert run("import builtins, sys, json\ndef f(x):\n    return (len([1]), hasattr(builtins, "
+               "'LEFT'), json.dumps([1]), 'left' in sys.modules, sys.getrecursionlimit())\n"
+               ) == "(1, False, '[1]', False, 1000)"
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 system call numbers")
+def test_kernel_keys_and_shared_memory_cannot_be_left(one_sandbox: object) -> None:
+    """Run A's add_key and shmget fail, so run B finds neither (nor any key by that name)."""
+    left = run(LIBC + "def f(x):\n    libc.syscall.restype = ctypes.c_long\n"
+               "    key = libc.syscall(248, b'user', b'dyngen-left', b'secret', 6, -4)\n"
+               "    shm = libc.syscall(29, 0x5eed, 4096, 0o1000 | 0o666)\n"
+               "    return (key, shm, ctypes.get_errno())\n")
+    assert left == "(-1, -1, 1)"
+    assert run(LIBC + "def f(x):\n    libc.syscall.restype = ctypes.c_long\n"
+               "    key = libc.syscall(249, b'user', b'dyngen-left', None, -4)\n"
+               "    shm = libc.syscall(29, 0x5eed, 0, 0o666)\n"
+               "    return (key, shm)\n") == "(-1, -1)"
+
+
+def test_a_sandbox_that_dies_is_replaced() -> None:
+    close_pool()
+    assert run_python("def f(x):\n    return x\n", "f", 1).ok
+    (box,) = pool()._idle[("bwrap", 0, 512)]
+    box.close()  # as if the supervisor had died
+    assert run_python("def f(x):\n    return x\n", "f", 2).value == "2"
+    assert pool().started == 2
+
+
+def test_a_reply_of_the_wrong_shape_breaks_the_sandbox() -> None:
+    from dyngen.sandbox.process import SandboxBroken, checked_reply
+
+    good = {"ok": True, "value": "1", "reason": None, "detail": "", "clean": True}
+    assert checked_reply(good, 10) == (True, "1", None, "")
+    for bad in ({**good, "value": 7}, {**good, "value": "x" * 11}, {**good, "ok": 1},
+                {**good, "reason": "timeout"}, {**good, "ok": False, "value": None,
+                                                 "reason": "anything"},
+                {**good, "detail": "d" * 501}, {**good, "extra": 1}, [good]):
+        with pytest.raises(SandboxBroken):
+            checked_reply(bad, 10)
+
+
+def test_threads_get_a_warm_sandbox_each() -> None:
+    close_pool()
+    with ThreadPoolExecutor(2) as threads:
+        values = list(threads.map(
+            lambda i: run_python("def f(x):\n    return x * x\n", "f", i).value, range(40)))
+    assert values == [str(i * i) for i in range(40)]
+    assert pool().started <= 2
+
+
+def test_a_forked_child_starts_its_own_pool() -> None:
+    assert run_python("def f(x):\n    return x\n", "f", 1).ok
+    child = os.fork()
+    if child == 0:  # the child: the parent's sandboxes are not its own
+        ok = run_python("def f(x):\n    return x + 1\n", "f", 1).value == "2"
+        os._exit(0 if ok and pool().started == 1 else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert run_python("def f(x):\n    return x\n", "f", 3).value == "3"
