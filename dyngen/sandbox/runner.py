@@ -216,6 +216,7 @@ def _child(setup: dict, request: dict, report: int, output: int) -> None:
             hard = value + 1 if name == "RLIMIT_CPU" else value
             resource.setrlimit(getattr(resource, name), (value, hard))
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         result = _call(request)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):  # the program's stream may be broken
@@ -394,6 +395,9 @@ def main() -> None:
     except BaseException as error:
         _write_frame(fd, {"ready": False, "detail": f"{type(error).__name__}: {error}"})
         os._exit(1)
+    # The supervisor is its namespace's PID 1: as one uid with its runs (a user namespace),
+    # a run can signal it, and only signals it handles arrive: it handles none.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _write_frame(fd, {"ready": True})
     while (request := _read_frame(0)) is not None:
         _write_frame(fd, _run(setup, request))

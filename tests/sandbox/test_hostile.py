@@ -196,4 +196,8 @@ def test_os_reached_through_a_name_the_filter_cannot_see(watch: Watch) -> None:
                "(random)\n    system.fork()\n    return 'forked'\n")
     check(*run(program, True), "error", "BlockingIOError")
     kill = program.replace("system.fork()", "system.kill(system.getppid(), 9)")
-    check(*run(kill, True), "error", "PermissionError")
+    if os.geteuid() == 0:  # its parent, the supervisor, keeps another uid
+        check(*run(kill, True), "error", "PermissionError")
+    else:  # its parent is its namespace's PID 1, which a SIGKILL from inside misses
+        assert run(kill, True)[0].value == "'forked'"
+        assert run_python("def f(x):\n    return x\n", "f", 5).value == "5"

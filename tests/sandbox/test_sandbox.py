@@ -167,6 +167,8 @@ def test_where_bwrap_cannot_run_the_error_says_what_to_do(monkeypatch: pytest.Mo
     require_bwrap()  # installed here, as in CI
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts a worker as another user (CI also runs "
+                    "this whole suite as one: scripts/test-sandbox-unprivileged.sh)")
 def test_a_worker_that_is_not_root_gets_a_user_namespace() -> None:
     """Run by an unprivileged user, bwrap's own user namespace keeps the sandbox at that uid,
     and RLIMIT_NPROC (counted per namespace) still stops a fork."""

@@ -1,0 +1,46 @@
+"""Hostile input in code tasks: a proposal whose input cannot cross the sandbox is dropped as
+unparsed, checking never raises, and rewards (verl's compute_score, TRL's code_task_reward)
+score hostile answers 0.0 without raising inside a training step."""
+
+from __future__ import annotations
+
+import pytest
+
+from dyngen.generators.code_tasks.checking import check_candidates
+from dyngen.generators.code_tasks.generator import CodeTaskProposer
+from dyngen.generators.code_tasks.proposing import Candidate, parse_candidate
+from dyngen.generators.code_tasks.reward import code_task_reward, compute_score, score
+from dyngen.generators.code_tasks.tasks import ABDUCTION
+
+
+@pytest.mark.parametrize("argument", ["1e999", "-1e999", "float('nan')", "9" * 5000,
+                                      "[" * 3000 + "]" * 3000],
+                         ids=["inf", "-inf", "nan", "int", "deep"])
+def test_a_proposal_whose_input_cannot_cross_is_unparsed(argument: str) -> None:
+    text = f"```python\ndef f(x):\n    return x\n```\nInput: {argument}"
+    assert parse_candidate(text, 2000, 100_000) == "unparsed"
+
+
+def test_checking_an_unshowable_candidate_drops_it() -> None:
+    cfg = CodeTaskProposer({}).settings()
+    cands = [Candidate("def f(x):\n    return x * 2\n", "f", "inf", float("inf"))]
+    (checked,) = check_candidates(cands, set(), cfg)
+    assert checked.reason == "error"
+
+
+@pytest.mark.parametrize("answer", ["1e999", "float('nan')", "9" * 5000, "9" * 4000,
+                                    "[" * 3000 + "]" * 3000, "-" * 3000 + "1", "'x' * 9",
+                                    repr("y" * 200_000)],
+                         ids=["inf", "nan", "int-5000", "int-4000", "deep", "minus", "expr",
+                              "long"])
+def test_hostile_answers_score_zero_and_never_raise(answer: str) -> None:
+    info = {"task": ABDUCTION, "program": "def f(x):\n    return x + 1\n", "function": "f",
+            "input": "1", "output": "2"}
+    solution = f"Thinking.\nAnswer: {answer}"
+    assert score(solution, "2", info) == 0.0
+    assert compute_score(data_source="d", solution_str=solution, ground_truth="2",
+                         extra_info=info) == 0.0
+    assert score(solution, "2", {"task": "deduction"}) == 0.0
+    assert code_task_reward(prompts=["p"] * 2, completions=[solution] * 2,
+                            reward_model=[{"ground_truth": "2"}] * 2,
+                            extra_info=[info] * 2) == [0.0, 0.0]
