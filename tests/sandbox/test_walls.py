@@ -4,8 +4,10 @@ seccomp filter denies, host memory past the bound, writable folders outside /tmp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +146,45 @@ def test_memory_the_kernel_holds_is_bounded() -> None:
     assert result.ok, result
     written, errno = eval(result.value)  # 1 MiB files, each under RLIMIT_FSIZE
     assert written <= 16 and errno == 28, result  # ENOSPC
+
+
+def test_without_a_cgroup_it_says_so_once_and_counts_the_runs(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from dyngen.sandbox import cgroup
+    from dyngen.sandbox.pool import close_pool
+
+    monkeypatch.setattr(cgroup.Cgroup, "create", staticmethod(lambda *args: None))
+    monkeypatch.setitem(cgroup._unbounded, "warned", False)
+    close_pool()
+    before = cgroup.runs_without_cgroup()
+    with caplog.at_level("WARNING", logger="dyngen.sandbox.cgroup"):
+        for i in range(3):
+            assert run_python("def f(x):\n    return x\n", "f", i).ok
+    close_pool()
+    assert cgroup.runs_without_cgroup() - before == 3
+    assert sum("no cgroup could be made" in r.message for r in caplog.records) == 1
+
+
+def _comms() -> set[str]:
+    """The names of the machine's processes."""
+    names = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                names.add(Path(f"/proc/{entry}/comm").read_text().strip())
+    return names
+
+
+def test_unisolated_runs_unprivileged_and_leave_nothing_running() -> None:
+    uid = run_python(OS + "def f(x):\n    return os.getuid()\n", "f", 0, isolation="unisolated")
+    assert uid.ok and (uid.value != "0" if AS_ROOT else uid.value == str(os.geteuid())), uid
+    # A double fork into a new session, named so it can be found, then a sleep past the
+    # timeout: the run ends at the timeout (or its fork fails) and nothing of it is left.
+    program = ("import ctypes, time\n" + OS + "def f(x):\n    libc = ctypes.CDLL(None)\n"
+               "    if os.fork() == 0:\n        os.setsid()\n        if os.fork() == 0:\n"
+               "            libc.prctl(15, b'dyngen-left', 0, 0, 0)\n            time.sleep(30)\n"
+               "        os._exit(0)\n    time.sleep(30)\n")
+    result = run_python(program, "f", 0, isolation="unisolated", timeout_seconds=1,
+                        screened=False)
+    assert not result.ok and result.reason in ("timeout", "error"), result
+    assert "dyngen-left" not in _comms()
