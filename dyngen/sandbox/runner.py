@@ -329,22 +329,30 @@ def _remove_inside(folder: str) -> None:
 
 def _end_leftovers(setup: dict, child: int) -> None:
     """Kill what the run left running and reap it: in the sandbox's own PID namespace, every
-    process but this one; unisolated, the run's process group."""
+    process but this one; unisolated, the run's process group and, as this process is a
+    subreaper, every descendant reparented to it."""
     if setup["own_pid_namespace"]:
         with contextlib.suppress(OSError):
             os.kill(-1, signal.SIGKILL)
-    else:
-        for _ in range(3):  # the run's group, then any orphan reparented to this subreaper
-            for pid in [child, *_orphans()]:
-                for kill in (os.killpg, os.kill):
-                    with contextlib.suppress(OSError):
-                        kill(pid, signal.SIGKILL)
-    while True:
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
+        with contextlib.suppress(ChildProcessError):
+            while True:  # all were killed: each ends at once
+                os.waitpid(-1, 0)
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(child, signal.SIGKILL)
+    for _ in range(100):
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        try:  # no child at all: nothing of the run is left (a subreaper inherits orphans)
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
-            break
+            return
+        for pid in _orphans():  # the host's /proc: only when something is left
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(OSError):
+                    kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
 
 
 def _orphans() -> list[int]:
