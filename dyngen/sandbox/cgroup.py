@@ -3,7 +3,8 @@
 RLIMIT_AS bounds one process's address space, but not what the kernel holds for it: tmpfs
 pages, inodes and other slab, pipe buffers. A cgroup's memory limit counts all of it. Made
 under the worker's own cgroup (so its limits nest): cgroup v1's `memory` and `pids`
-hierarchies where they are writable (as root), else a delegated cgroup v2 subtree. Where
+hierarchies where they are writable (as root), else a delegated cgroup v2 subtree (the
+worker's own cgroup, or its parent, with memory and pids in its subtree_control). Where
 neither can be made, the sandbox runs with rlimits alone: a warning says so once per
 process, and `runs_without_cgroup()` counts those runs for the round's lineage.
 """
@@ -93,26 +94,33 @@ def _create_v1(name: str, memory_bytes: int, pids: int) -> Cgroup | None:
 
 
 def _create_v2(name: str, memory_bytes: int, pids: int) -> Cgroup | None:
-    """cgroup v2: a folder under this process's own cgroup, where it is delegated to us."""
+    """cgroup v2: a folder beside or below this process's own cgroup, where memory and pids
+    are delegated (a cgroup with processes cannot enable controllers for its children, so a
+    delegated service usually runs in a leaf and makes siblings)."""
     own = _own("")
-    root = _V1 / (own or "").lstrip("/")
-    if own is None or not (root / "cgroup.subtree_control").exists():
+    if own is None or not (_V1 / "cgroup.controllers").exists():
         return None
-    enabled = (root / "cgroup.subtree_control").read_text().split()
-    if not {"memory", "pids"} <= set(enabled):
-        return None
-    folder = root / name
-    folder.mkdir()
-    made = Cgroup([folder])
-    try:
-        (folder / "memory.max").write_text(str(memory_bytes))
-        with contextlib.suppress(OSError):
-            (folder / "memory.swap.max").write_text("0")
-        (folder / "pids.max").write_text(str(pids))
-    except OSError:
-        made.remove()
-        raise
-    return made
+    mine = _V1 / own.lstrip("/")
+    for root in (mine, mine.parent):
+        control = root / "cgroup.subtree_control"
+        if not control.exists() or not {"memory", "pids"} <= set(control.read_text().split()):
+            continue
+        folder = root / name
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        made = Cgroup([folder])
+        try:
+            (folder / "memory.max").write_text(str(memory_bytes))
+            with contextlib.suppress(OSError):
+                (folder / "memory.swap.max").write_text("0")
+            (folder / "pids.max").write_text(str(pids))
+        except OSError:
+            made.remove()
+            continue
+        return made
+    return None
 
 
 def note_unbounded() -> None:

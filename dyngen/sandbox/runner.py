@@ -106,7 +106,8 @@ def _mount_tmp(size: int, inodes: int) -> None:
     """A tmpfs on /tmp bounded in bytes AND inodes (bubblewrap's --size bounds bytes only)."""
     ctypes, libc = _libc()
     options = f"size={size},nr_inodes={inodes},mode=1777".encode()
-    if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0x2 | 0x4 | 0x8, options) != 0:  # nosuid,dev,exec
+    nosuid_nodev_noexec = 0x2 | 0x4 | 0x8
+    if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", nosuid_nodev_noexec, options) != 0:
         raise OSError(ctypes.get_errno(), "mount /tmp")
 
 
