@@ -1,4 +1,5 @@
-"""The sandbox's seccomp filters, built with libseccomp (PyPI `pyseccomp`) as BPF programs.
+"""The sandbox's seccomp filters, built with libseccomp (PyPI `pyseccomp`, or libseccomp's own
+`seccomp` module where that is installed instead) as BPF programs.
 
 Every run is under both:
   SYSTEM_CALLS  loaded by bubblewrap (`--seccomp FD`) before the supervisor starts: the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import errno
 import functools
 import tempfile
+from typing import Any
 
 SYSTEM_CALLS = (
     "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop",
@@ -38,7 +40,8 @@ CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 
                     0x40000000, 0x00000080)
 SECCOMP_ADVICE = ("The sandbox's seccomp filter is built with libseccomp through PyPI's "
                   "pyseccomp: pip install 'dyngen[sandbox]' (Debian: apt-get install "
-                  "libseccomp2).")
+                  "libseccomp2; or libseccomp's own bindings, apt-get install "
+                  "python3-seccomp, for the system's python3).")
 
 
 def seccomp_problem() -> str | None:
@@ -51,10 +54,25 @@ def seccomp_problem() -> str | None:
     return None
 
 
+def _libseccomp() -> Any:
+    """libseccomp's Python API: PyPI's pyseccomp, else the same API from libseccomp's own
+    bindings (Debian: python3-seccomp, the module `seccomp`)."""
+    try:
+        import pyseccomp
+    except ImportError:
+        try:
+            import seccomp
+        except ImportError:
+            raise ImportError("neither pyseccomp nor libseccomp's own seccomp module is "
+                              "installed") from None
+        return seccomp
+    return pyseccomp
+
+
 def _export(names: tuple[str, ...], clone_flags: bool) -> bytes:
     """A BPF program that fails each of `names` with EPERM (and clone with a namespace flag,
     clone3 with ENOSYS, when `clone_flags`); everything else is allowed."""
-    import pyseccomp as sc
+    sc = _libseccomp()
 
     rules = sc.SyscallFilter(sc.ALLOW)
     for name in names:
