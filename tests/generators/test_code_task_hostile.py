@@ -4,12 +4,19 @@ score hostile answers 0.0 without raising inside a training step."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dyngen.generators.code_tasks.checking import check_candidates
 from dyngen.generators.code_tasks.generator import CodeTaskProposer
 from dyngen.generators.code_tasks.proposing import Candidate, parse_candidate
-from dyngen.generators.code_tasks.reward import code_task_reward, compute_score, score
+from dyngen.generators.code_tasks.reward import (
+    code_task_reward,
+    compute_score,
+    final_answer,
+    score,
+)
 from dyngen.generators.code_tasks.tasks import ABDUCTION
 
 
@@ -44,3 +51,13 @@ def test_hostile_answers_score_zero_and_never_raise(answer: str) -> None:
     assert code_task_reward(prompts=["p"] * 2, completions=[solution] * 2,
                             reward_model=[{"ground_truth": "2"}] * 2,
                             extra_info=[info] * 2) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("text", ["Answer: 1" + " " * 100_000 + "x", "Answer:" + " \t" * 100_000,
+                                  "\\boxed{" * 20_000, "answer" + " " * 100_000 + "x"],
+                         ids=["spaces-then-text", "trailing-blanks", "boxed", "no-colon"])
+def test_reading_the_answer_of_a_long_completion_is_linear(text: str) -> None:
+    """Patterns that backtrack took seconds on 20,000 characters (quadratic)."""
+    start = time.perf_counter()
+    final_answer(text)
+    assert time.perf_counter() - start < 1.0

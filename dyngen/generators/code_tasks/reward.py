@@ -23,20 +23,34 @@ from typing import Any
 from dyngen.errors import ConfigError
 from dyngen.generators.code_tasks.tasks import ABDUCTION, literal
 
-_ANSWER = re.compile(r"\banswer[ \t*_]*:[ \t*_]*(?P<a>.*?)[ \t]*$", re.I | re.M)
-_BOXED = re.compile(r"\\boxed\{(?P<a>.*)\}")
+# Linear-time patterns: a completion may be long and built to make a regex backtrack (a
+# lazy group before `[ \t]*$`, or a greedy one before `\}`, is quadratic on it).
+_ANSWER = re.compile(r"\banswer[ \t*_]*:[ \t*_]*(?P<a>[^\n]*)", re.I)
+_BOXED = "\\boxed{"
+
+
+def _last_boxed(text: str) -> str | None:
+    """What the last line holding a boxed answer boxes: from its first `boxed{` to its last
+    `}`, as a greedy regex within one line would take it; or None."""
+    for line in reversed(text.split("\n")):
+        start, end = line.find(_BOXED), line.rfind("}")
+        if start >= 0 and start + len(_BOXED) <= end:
+            return line[start + len(_BOXED):end]
+    return None
 
 
 def final_answer(text: str) -> str | None:
     """The text of the completion's final answer, or None if it gives none."""
-    found = list(_ANSWER.finditer(text))
-    if found:
-        answer = found[-1]["a"]
+    found = None
+    for found in _ANSWER.finditer(text):  # noqa: B007 - the last one is the answer
+        pass
+    if found is not None:
+        answer = found["a"]
     else:
-        boxed = list(_BOXED.finditer(text))
-        if not boxed:
+        boxed = _last_boxed(text)
+        if boxed is None:
             return None
-        answer = boxed[-1]["a"]
+        answer = boxed
     answer = answer.strip()
     if answer.endswith(".") and not literal(answer)[0]:  # a sentence's full stop
         answer = answer[:-1]
