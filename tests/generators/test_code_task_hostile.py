@@ -61,3 +61,11 @@ def test_reading_the_answer_of_a_long_completion_is_linear(text: str) -> None:
     start = time.perf_counter()
     final_answer(text)
     assert time.perf_counter() - start < 1.0
+
+
+def test_parsing_a_long_proposal_is_linear() -> None:
+    """The input line's pattern took 9 s on a line of 20,000 blanks (quadratic)."""
+    text = "def f(x):\n    return x\nInput: 1" + " " * 20_000 + "x"
+    start = time.perf_counter()
+    assert parse_candidate(text, 2000, 300) == "unparsed"
+    assert time.perf_counter() - start < 1.0
