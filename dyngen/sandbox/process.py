@@ -90,19 +90,44 @@ def limits(timeout_seconds: float, memory_mb: int) -> dict[str, int]:
             "RLIMIT_CORE": 0}
 
 
-def checked_reply(reply: Any, max_value_chars: int) -> tuple[bool, str | None, str | None, str]:
-    """(ok, value, reason, detail) from the supervisor's reply, whose shape must be exact;
-    SandboxBroken for anything else."""
-    if type(reply) is not dict or set(reply) != {"ok", "value", "reason", "detail", "clean"}:
-        raise SandboxBroken(f"a reply of the wrong shape: {str(reply)[:200]}")
-    ok, value, reason, detail = (reply[k] for k in ("ok", "value", "reason", "detail"))
-    if type(detail) is not str or len(detail) > MAX_DETAIL or type(reply["clean"]) is not bool:
-        raise SandboxBroken("a reply whose detail or clean flag has the wrong shape")
+def checked_header(header: Any, limit: int) -> tuple[str | None, str, bool, int]:
+    """(reason, detail, clean, report bytes that follow) from the supervisor's reply header,
+    whose shape must be exact; SandboxBroken for anything else."""
+    if type(header) is not dict or set(header) != {"reason", "detail", "report", "clean"}:
+        raise SandboxBroken(f"a reply of the wrong shape: {str(header)[:200]}")
+    reason, detail, report, clean = (header[k] for k in ("reason", "detail", "report", "clean"))
+    if (type(detail) is not str or len(detail) > MAX_DETAIL or type(clean) is not bool
+            or type(report) is not int or not 0 <= report <= limit
+            or (reason is None) != (report > 0)
+            or (reason is not None and reason not in REASONS)):
+        raise SandboxBroken(f"a reply of the wrong shape: {str(header)[:200]}")
+    return reason, detail, clean, report
+
+
+def checked_report(report: Any, max_value_chars: int) -> tuple[bool, str | None, str | None,
+                                                                str]:
+    """(ok, value, reason, detail) from the run's own report, whose shape must be exact: `ok`
+    a bool, `value` a str within `max_value_chars` (None when not ok), `reason` one of the
+    reasons (None when ok), `detail` a str of at most MAX_DETAIL; SandboxBroken otherwise."""
+    if type(report) is not dict or set(report) != {"ok", "value", "reason", "detail"}:
+        raise SandboxBroken(f"a report of the wrong shape: {str(report)[:200]}")
+    ok, value, reason, detail = (report[k] for k in ("ok", "value", "reason", "detail"))
+    if type(detail) is not str or len(detail) > MAX_DETAIL:
+        raise SandboxBroken("a report whose detail has the wrong shape")
     if ok is True and type(value) is str and len(value) <= max_value_chars and reason is None:
         return ok, value, reason, detail
     if ok is False and value is None and reason in REASONS:
         return ok, value, reason, detail
-    raise SandboxBroken(f"a reply of the wrong shape: ok={ok!r}, reason={reason!r}")
+    raise SandboxBroken(f"a report of the wrong shape: ok={ok!r}, reason={reason!r}")
+
+
+def _literal(data: bytes) -> Any:
+    """The Python literal `data` holds; SandboxBroken if it holds none."""
+    try:
+        return ast.literal_eval(data.decode())
+    except (ValueError, SyntaxError, TypeError, UnicodeDecodeError, MemoryError,
+            RecursionError) as error:
+        raise SandboxBroken(f"an unreadable reply ({type(error).__name__})") from error
 
 
 class WarmSandbox:
@@ -200,28 +225,27 @@ class WarmSandbox:
         except (OSError, ValueError) as error:
             raise SandboxBroken(f"the supervisor is gone ({error}); {self.log()}") from error
 
-    def _receive(self, deadline: float, limit: int) -> Any:
-        """One frame from the result channel, read by `deadline`, at most `limit` bytes."""
-        data, need = b"", 4
+    def _receive_bytes(self, size: int, deadline: float) -> bytes:
+        """Exactly `size` bytes from the result channel, read by `deadline`."""
+        data = b""
         with selectors.DefaultSelector() as sel:
             sel.register(self._result, selectors.EVENT_READ)
-            while len(data) < need:
+            while len(data) < size:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(left):
                     raise TimeoutError
-                chunk = os.read(self._result, need - len(data))
+                chunk = os.read(self._result, size - len(data))
                 if not chunk:
                     raise SandboxBroken(f"the supervisor ended; {self.log()}")
                 data += chunk
-                if need == 4 and len(data) == 4:
-                    need += int.from_bytes(data, "big")
-                    if need > limit:
-                        raise SandboxBroken(f"a reply of {need} bytes, over {limit}")
-        try:
-            return ast.literal_eval(data[4:].decode())
-        except (ValueError, SyntaxError, TypeError, UnicodeDecodeError, MemoryError,
-                RecursionError) as error:
-            raise SandboxBroken(f"an unreadable reply ({type(error).__name__})") from error
+        return data
+
+    def _receive(self, deadline: float, limit: int) -> Any:
+        """One frame (length, literal) from the result channel, at most `limit` bytes."""
+        size = int.from_bytes(self._receive_bytes(4, deadline), "big")
+        if size > limit:
+            raise SandboxBroken(f"a reply of {size} bytes, over {limit}")
+        return _literal(self._receive_bytes(size, deadline))
 
     def run(self, program: str, function: str, literal: str, *, timeout_seconds: float,
             max_output_bytes: int, max_value_chars: int) -> SandboxResult:
@@ -236,11 +260,18 @@ class WarmSandbox:
                    "timeout": timeout_seconds, "limits": limits(timeout_seconds, self.memory_mb),
                    "env": {"PYTHONHASHSEED": str(self.hash_seed), "PYTHONUTF8": "1",
                            "HOME": home, "PWD": home, "LC_ALL": "C.UTF-8"}}
+        deadline = start + timeout_seconds + _GRACE_SECONDS
         try:
             self._send(request)
-            reply = self._receive(start + timeout_seconds + _GRACE_SECONDS,
-                                  4 * max_value_chars + 8192)
-            ok, value, reason, detail = checked_reply(reply, max_value_chars)
+            reason, detail, clean, size = checked_header(self._receive(deadline, 8192),
+                                                         4 * max_value_chars + 4096)
+            ok, value = False, None
+            if size:  # the run's own report, forwarded unread by the supervisor
+                report = self._receive_bytes(size, deadline)
+                if int.from_bytes(report[:4], "big") != size - 4:
+                    raise SandboxBroken("a report that is not one frame")
+                ok, value, reason, detail = checked_report(_literal(report[4:]),
+                                                           max_value_chars)
         except TimeoutError:
             self.broken = True
             return SandboxResult.failed("timeout", f"still running after {timeout_seconds:g} s",
@@ -248,7 +279,7 @@ class WarmSandbox:
         except SandboxBroken as error:
             self.broken = True
             return SandboxResult.failed("crashed", str(error), time.monotonic() - start)
-        if not reply["clean"] or reason == "crashed" or self.runs >= _MAX_RUNS:
+        if not clean or reason == "crashed" or self.runs >= _MAX_RUNS:
             self.broken = True
         return SandboxResult(ok, value, reason, detail, time.monotonic() - start)
 

@@ -10,8 +10,10 @@ timeout, limits, env}. Only this process writes to `result_fd`: {ready} once, th
 
 Per run the child closes every descriptor it inherited (the result channel included),
 keeping only its own output pipe and a report pipe to this process; drops to `uid`; sets its
-rlimits; runs in /tmp; and reports. This process checks the report's shape, kills whatever
-the run left, empties /tmp and says whether it is clean: a sandbox that is not is replaced.
+rlimits; runs in /tmp; and reports. This process checks the report is one frame, kills
+whatever the run left, empties /tmp and says whether it is clean (a sandbox that is not is
+replaced). It reads a run's bytes into buffers it wipes, never into objects: each run is a
+fork of this process, so anything of a run left on its heap would reach the next.
 Literals are read with the C parser (_ast) alone: importing `ast` would double start-up.
 """
 
@@ -27,7 +29,7 @@ import time
 _DETAIL = 500  # characters of an error message kept in the result
 # The builtins a run's own reporting uses, taken before any program can patch them.
 _len, _repr, _type, _int, _str, _callable = len, repr, type, int, str, callable
-_REASONS = ("timeout", "memory", "error", "forbidden", "output_limit", "crashed")
+_SCRATCH = bytearray(65536)  # a run's output lands here, counted, then wiped
 # Imported once here, so a run that imports them starts at once (a fork shares them), and
 # so an unisolated run as nobody has them where the interpreter sits in a folder only root
 # can read (/root/.pyenv).
@@ -227,66 +229,55 @@ def _child(setup: dict, request: dict, report: int, output: int) -> None:
         os._exit(0)
 
 
-def _supervise(child: int, report: int, output: int, request: dict) -> tuple[bytes, str | None]:
-    """Read the child's report and count its output until both end or a bound breaks."""
+def _supervise(report: int, output: int, request: dict,
+               buffer: bytearray) -> tuple[int, str | None]:
+    """Read the child's report into `buffer` and count its output until both end or a bound
+    breaks: (bytes of report, the bound broken). A run's bytes never become objects on this
+    process's heap: the next run is a fork of this process and could read what is left."""
     deadline = time.monotonic() + float(request["timeout"])
-    limit = 4 * int(request["max_value_chars"]) + 4096
-    data, seen, tail, open_fds = b"", 0, b"", {report, output}
+    view, got, seen, open_fds = memoryview(buffer), 0, 0, {report, output}
     while open_fds:
         left = deadline - time.monotonic()
         if left <= 0:
-            return data, "timeout"
+            return got, "timeout"
         for fd in select.select(list(open_fds), [], [], left)[0]:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-            elif fd == output:
-                seen += len(chunk)
-                tail = (tail + chunk)[-2048:]
+            if fd == output:
+                n = os.readv(fd, [_SCRATCH])
+                seen += n
                 if seen > int(request["max_output_bytes"]):
-                    return data, "output_limit"
+                    return got, "output_limit"
+            elif got >= len(buffer) - 1:
+                return got, "output_limit"
             else:
-                data += chunk
-                if len(data) > limit:
-                    return data, "output_limit"
-    return data, None
+                n = os.readv(fd, [view[got:]])
+                got += n
+            if not n:
+                open_fds.discard(fd)
+    return got, None
 
 
-def _judge(data: bytes, broken: str | None, status: int, request: dict) -> dict:
-    """The run's result: the child's report if it has exactly the right shape."""
+def _judge(got: int, buffer: bytearray, broken: str | None, status: int,
+           request: dict) -> tuple[dict, int]:
+    """(the reply's header, how many bytes of the child's report follow it): the report is
+    forwarded as it came if it is exactly one frame; the worker checks its shape."""
+    def failed(reason: str, detail: str) -> tuple[dict, int]:
+        return {"reason": reason, "detail": detail[:_DETAIL], "report": 0}, 0
+
     if broken == "timeout":
-        return {"ok": False, "value": None, "reason": "timeout",
-                "detail": f"still running after {float(request['timeout']):g} s"}
+        return failed("timeout", f"still running after {float(request['timeout']):g} s")
     if broken == "output_limit":
-        return {"ok": False, "value": None, "reason": "output_limit",
-                "detail": f"printed more than {request['max_output_bytes']} bytes"}
+        return failed("output_limit", f"printed more than {request['max_output_bytes']} bytes "
+                      f"or a report over {len(buffer) - 1}")
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig == signal.SIGXCPU:
-            return {"ok": False, "value": None, "reason": "timeout", "detail": "CPU time limit"}
+            return failed("timeout", "CPU time limit")
         if sig == signal.SIGKILL:
-            return {"ok": False, "value": None, "reason": "memory",
-                    "detail": "killed: over the sandbox's memory bound"}
-    try:
-        size = int.from_bytes(data[:4], "big")
-        if len(data) != 4 + size:
-            raise ValueError("not exactly one report")
-        result = _literal(data[4:].decode())
-        if type(result) is not dict or set(result) != {"ok", "value", "reason", "detail"}:
-            raise ValueError("a report of the wrong shape")
-        ok, value, reason, detail = (result[k] for k in ("ok", "value", "reason", "detail"))
-        if type(detail) is not str or len(detail) > _DETAIL:
-            raise ValueError("a detail of the wrong shape")
-        if ok is True and type(value) is str and reason is None:
-            if len(value) <= int(request["max_value_chars"]):
-                return result
-        elif ok is False and value is None and reason in _REASONS:
-            return result
-        raise ValueError("a report of the wrong shape")
-    except (ValueError, TypeError, SyntaxError, UnicodeDecodeError, MemoryError,
-            RecursionError) as error:
-        return {"ok": False, "value": None, "reason": "crashed",
-                "detail": f"no result from the run ({error}; exit status {status})"[:_DETAIL]}
+            return failed("memory", "killed: over the sandbox's memory bound")
+    if got < 4 or got != 4 + int.from_bytes(buffer[0:4], "big"):
+        return failed("crashed", f"no result from the run (not exactly one report; exit "
+                      f"status {status})")
+    return {"reason": None, "detail": "", "report": got}, got
 
 
 def _empty_tmp(setup: dict) -> bool:
@@ -371,8 +362,9 @@ def _orphans() -> list[int]:
     return found
 
 
-def _run(setup: dict, request: dict) -> dict:
-    """One request: fork the run, supervise it, judge its report, clean up after it."""
+def _run(setup: dict, request: dict, out: int) -> None:
+    """One request: fork the run, supervise it, clean up after it, reply on `out`."""
+    buffer = bytearray(4 * int(request["max_value_chars"]) + 4096 + 1)
     report_r, report_w = os.pipe()
     output_r, output_w = os.pipe()
     child = os.fork()
@@ -381,7 +373,7 @@ def _run(setup: dict, request: dict) -> dict:
     os.close(report_w)
     os.close(output_w)
     try:
-        data, broken = _supervise(child, report_r, output_r, request)
+        got, broken = _supervise(report_r, output_r, request, buffer)
     finally:
         os.close(report_r)
         os.close(output_r)
@@ -389,10 +381,15 @@ def _run(setup: dict, request: dict) -> dict:
         with contextlib.suppress(OSError):
             os.kill(child, signal.SIGKILL)
     _, status = os.waitpid(child, 0)
-    result = _judge(data, broken, status, request)
+    header, forward = _judge(got, buffer, broken, status, request)
     _end_leftovers(setup, child)
-    result["clean"] = _empty_tmp(setup)
-    return result
+    header["clean"] = _empty_tmp(setup)
+    _write_frame(out, header)
+    view = memoryview(buffer)[:forward]
+    while view:
+        view = view[os.write(out, view):]
+    buffer[0:len(buffer)] = bytes(len(buffer))  # wiped: nothing of this run stays behind
+    _SCRATCH[0:len(_SCRATCH)] = bytes(len(_SCRATCH))
 
 
 def main() -> None:
@@ -409,7 +406,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _write_frame(fd, {"ready": True})
     while (request := _read_frame(0)) is not None:
-        _write_frame(fd, _run(setup, request))
+        _run(setup, request, fd)
     os._exit(0)
 
 

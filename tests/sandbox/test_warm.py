@@ -76,17 +76,23 @@ def test_a_sandbox_that_dies_is_replaced() -> None:
     assert pool().started == 2
 
 
-def test_a_reply_of_the_wrong_shape_breaks_the_sandbox() -> None:
-    from dyngen.sandbox.process import SandboxBroken, checked_reply
+def test_a_report_or_reply_of_the_wrong_shape_breaks_the_sandbox() -> None:
+    from dyngen.sandbox.process import SandboxBroken, checked_header, checked_report
 
-    good = {"ok": True, "value": "1", "reason": None, "detail": "", "clean": True}
-    assert checked_reply(good, 10) == (True, "1", None, "")
+    good = {"ok": True, "value": "1", "reason": None, "detail": ""}
+    assert checked_report(good, 10) == (True, "1", None, "")
     for bad in ({**good, "value": 7}, {**good, "value": "x" * 11}, {**good, "ok": 1},
                 {**good, "reason": "timeout"}, {**good, "ok": False, "value": None,
                                                  "reason": "anything"},
                 {**good, "detail": "d" * 501}, {**good, "extra": 1}, [good]):
         with pytest.raises(SandboxBroken):
-            checked_reply(bad, 10)
+            checked_report(bad, 10)
+    header = {"reason": None, "detail": "", "report": 40, "clean": True}
+    assert checked_header(header, 100) == (None, "", True, 40)
+    for bad in ({**header, "report": 101}, {**header, "report": 0}, {**header, "clean": 1},
+                {**header, "reason": "anything", "report": 0}, {**header, "extra": 1}):
+        with pytest.raises(SandboxBroken):
+            checked_header(bad, 100)
 
 
 def test_threads_get_a_warm_sandbox_each() -> None:
