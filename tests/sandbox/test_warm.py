@@ -113,3 +113,38 @@ def test_a_forked_child_starts_its_own_pool() -> None:
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert run_python("def f(x):\n    return x\n", "f", 3).value == "3"
+
+
+# Run B looks through its own memory (a fork of the supervisor) for what run A returned and
+# printed: pages probed with msync (no /proc in the sandbox), searched with memmem (no copy).
+SCAN = (LIBC + "import gc\ndef f(x):\n"
+        "    libc.memmem.restype = ctypes.c_void_p\n"
+        "    libc.memmem.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,\n"
+        "                            ctypes.c_size_t)\n"
+        "    libc.msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)\n"
+        "    needle = bytes([90]) * 200 + bytes([81])\n"
+        "    own = id(needle) + 32  # this bytes object's own copy\n"
+        "    mapped = lambda page: libc.msync(page, 4096, 4) == 0  # ENOMEM if unmapped\n"
+        "    hits = 0\n"
+        "    for region in sorted({id(o) >> 20 for o in gc.get_objects()}):\n"
+        "        for page in range(region << 20, (region + 1) << 20, 4096):\n"
+        "            if not mapped(page):\n"
+        "                continue\n"
+        "            at, end = page, page + 4096\n"
+        "            size = 4096 + (256 if mapped(end) else 0)\n"
+        "            while at < end:\n"
+        "                found = libc.memmem(at, page + size - at, needle, len(needle))\n"
+        "                if not found or found >= end:\n"
+        "                    break\n"
+        "                hits += found != own\n"
+        "                at = found + 1\n"
+        "    return hits\n")
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the bytes object's layout")
+def test_what_a_run_returned_or_printed_is_not_in_the_next_runs_memory(
+        one_sandbox: object) -> None:
+    assert run(SCAN) == "0"
+    marker = "def f(x):\n    s = chr(90) * 200 + chr(81)\n    print(s)\n    return s\n"
+    assert run(marker).endswith("Q'")
+    assert run(SCAN) == "0"  # the supervisor wiped the buffers it read them into
