@@ -215,12 +215,12 @@ class WarmSandbox:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             self.sandbox_pid = int(json.loads(os.read(self._info, 4096))["child-pid"])
 
-    def _send(self, message: dict[str, Any]) -> None:
-        """One frame to the supervisor's stdin."""
+    def _send(self, message: dict[str, Any], body: bytes = b"") -> None:
+        """One frame to the supervisor's stdin, and `body` after it."""
         assert self.proc.stdin is not None
         data = repr(message).encode()
         try:
-            self.proc.stdin.write(len(data).to_bytes(4, "big") + data)
+            self.proc.stdin.write(len(data).to_bytes(4, "big") + data + body)
             self.proc.stdin.flush()
         except (OSError, ValueError) as error:
             raise SandboxBroken(f"the supervisor is gone ({error}); {self.log()}") from error
@@ -255,14 +255,16 @@ class WarmSandbox:
             note_unbounded()
         self.runs += 1
         home = "/tmp" if self._tmp is None else self._tmp.name
-        request = {"program": program, "function": function, "argument": literal,
-                   "max_value_chars": max_value_chars, "max_output_bytes": max_output_bytes,
-                   "timeout": timeout_seconds, "limits": limits(timeout_seconds, self.memory_mb),
-                   "env": {"PYTHONHASHSEED": str(self.hash_seed), "PYTHONUTF8": "1",
-                           "HOME": home, "PWD": home, "LC_ALL": "C.UTF-8"}}
+        # The body only the run's child reads (the supervisor's heap is every later run's).
+        body = repr({"program": program, "function": function, "argument": literal,
+                     "limits": limits(timeout_seconds, self.memory_mb),
+                     "env": {"PYTHONHASHSEED": str(self.hash_seed), "PYTHONUTF8": "1",
+                             "HOME": home, "PWD": home, "LC_ALL": "C.UTF-8"}}).encode()
+        request = {"max_value_chars": max_value_chars, "max_output_bytes": max_output_bytes,
+                   "timeout": timeout_seconds, "size": len(body)}
         deadline = start + timeout_seconds + _GRACE_SECONDS
         try:
-            self._send(request)
+            self._send(request, body)
             reason, detail, clean, size = checked_header(self._receive(deadline, 8192),
                                                          4 * max_value_chars + 4096)
             ok, value = False, None

@@ -3,9 +3,10 @@
 This file is handed to a bare interpreter (`python -S -s -B -c <this text>`) inside the
 sandbox, so it imports nothing but the standard library and never dyngen. Frames (a 4-byte
 length, then a Python dict literal) come on stdin: first the setup {tmp_bytes, tmp_inodes,
-mount_tmp, seccomp (BPF programs to load), uid, gid, result_fd}, then one request per run
-{program, function, argument (a literal's text), max_value_chars, max_output_bytes,
-timeout, limits, env}. Only this process writes to `result_fd`: {ready} once, then per run
+mount_tmp, seccomp (BPF programs to load), uid, gid, result_fd}, then per run a request
+{timeout, max_value_chars, max_output_bytes, size} followed by `size` bytes of its body, a
+dict literal {program, function, argument (a literal's text), limits, env} that only the
+run's child reads. Only this process writes to `result_fd`: {ready} once, then per run
 {ok, value (repr), reason, detail, clean}.
 
 Per run the child closes every descriptor it inherited (the result channel included),
@@ -86,6 +87,17 @@ def _read_exactly(fd: int, size: int) -> bytes:
             break
         data += chunk
     return data
+
+
+def _read_into(fd: int, buffer: bytearray) -> int:
+    """Fill `buffer` from `fd` (no bytes object made on the way); how much was read."""
+    view, got = memoryview(buffer), 0
+    while got < len(buffer):
+        n = os.readv(fd, [view[got:]])
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _read_frame(fd: int) -> dict | None:
@@ -196,9 +208,11 @@ def _call(request: dict) -> dict:
         return _failure("error", error)
 
 
-def _child(setup: dict, request: dict, report: int, output: int) -> None:
-    """The run's process: only its output and report pipes, unprivileged, limited."""
+def _child(setup: dict, request: dict, body: bytearray, report: int, output: int) -> None:
+    """The run's process: only its output and report pipes, unprivileged, limited. It reads
+    the request's body (program, argument, limits, env) itself, on its own heap."""
     try:
+        request = {**request, **_literal(bytes(body).decode())}
         os.setsid()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
@@ -362,14 +376,15 @@ def _orphans() -> list[int]:
     return found
 
 
-def _run(setup: dict, request: dict, out: int) -> None:
-    """One request: fork the run, supervise it, clean up after it, reply on `out`."""
+def _run(setup: dict, request: dict, body: bytearray, out: int) -> None:
+    """One request (its numbers, and its body unread): fork the run, supervise it, clean up
+    after it, reply on `out`, wipe what it read."""
     buffer = bytearray(4 * int(request["max_value_chars"]) + 4096 + 1)
     report_r, report_w = os.pipe()
     output_r, output_w = os.pipe()
     child = os.fork()
     if child == 0:
-        _child(setup, request, report_w, output_w)
+        _child(setup, request, body, report_w, output_w)
     os.close(report_w)
     os.close(output_w)
     try:
@@ -388,8 +403,8 @@ def _run(setup: dict, request: dict, out: int) -> None:
     view = memoryview(buffer)[:forward]
     while view:
         view = view[os.write(out, view):]
-    buffer[0:len(buffer)] = bytes(len(buffer))  # wiped: nothing of this run stays behind
-    _SCRATCH[0:len(_SCRATCH)] = bytes(len(_SCRATCH))
+    for wiped in (buffer, body, _SCRATCH):  # nothing of this run stays behind
+        wiped[0:len(wiped)] = bytes(len(wiped))
 
 
 def main() -> None:
@@ -406,7 +421,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _write_frame(fd, {"ready": True})
     while (request := _read_frame(0)) is not None:
-        _run(setup, request, fd)
+        body = bytearray(int(request["size"]))
+        if _read_into(0, body) < len(body):
+            break
+        _run(setup, request, body, fd)
     os._exit(0)
 
 

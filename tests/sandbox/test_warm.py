@@ -148,3 +148,6 @@ def test_what_a_run_returned_or_printed_is_not_in_the_next_runs_memory(
     marker = "def f(x):\n    s = chr(90) * 200 + chr(81)\n    print(s)\n    return s\n"
     assert run(marker).endswith("Q'")
     assert run(SCAN) == "0"  # the supervisor wiped the buffers it read them into
+    # ... nor the argument another run was given (a reward's other answers)
+    assert run_python("def f(x):\n    return len(x)\n", "f", "Z" * 200 + "Q").value == "201"
+    assert run(SCAN) == "0"
