@@ -31,6 +31,7 @@ _DETAIL = 500  # characters of an error message kept in the result
 # The builtins a run's own reporting uses, taken before any program can patch them.
 _len, _repr, _type, _int, _str, _callable = len, repr, type, int, str, callable
 _SCRATCH = bytearray(65536)  # a run's output lands here, counted, then wiped
+_USED = [0]  # how much of _SCRATCH a run wrote
 # Imported once here, so a run that imports them starts at once (a fork shares them), and
 # so an unisolated run as nobody has them where the interpreter sits in a folder only root
 # can read (/root/.pyenv).
@@ -257,6 +258,7 @@ def _supervise(report: int, output: int, request: dict,
         for fd in select.select(list(open_fds), [], [], left)[0]:
             if fd == output:
                 n = os.readv(fd, [_SCRATCH])
+                _USED[0] = max(_USED[0], n)
                 seen += n
                 if seen > int(request["max_output_bytes"]):
                     return got, "output_limit"
@@ -403,8 +405,9 @@ def _run(setup: dict, request: dict, body: bytearray, out: int) -> None:
     view = memoryview(buffer)[:forward]
     while view:
         view = view[os.write(out, view):]
-    for wiped in (buffer, body, _SCRATCH):  # nothing of this run stays behind
-        wiped[0:len(wiped)] = bytes(len(wiped))
+    for wiped, used in ((buffer, got), (body, len(body)), (_SCRATCH, _USED[0])):
+        wiped[0:used] = bytes(used)  # nothing of this run stays behind
+    _USED[0] = 0
 
 
 def main() -> None:
