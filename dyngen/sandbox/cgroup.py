@@ -24,6 +24,7 @@ _V1 = Path("/sys/fs/cgroup")
 _names = itertools.count()
 _lock = threading.Lock()
 _unbounded = {"warned": False, "runs": 0}
+_swept: set[Path] = set()
 
 
 def _own(controller: str) -> str | None:
@@ -71,6 +72,22 @@ class Cgroup:
                     time.sleep(0.02)
 
 
+def _sweep(folder: Path) -> None:
+    """Remove the empty cgroups of sandboxes whose worker is gone: a process that ends by
+    os._exit (a forked child, as multiprocessing's) runs no hook that could."""
+    if folder in _swept:
+        return
+    _swept.add(folder)
+    for stale in folder.glob("dyngen-sandbox-*-*"):
+        try:
+            os.kill(int(stale.name.split("-")[2]), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                stale.rmdir()  # refused while any process is still in it
+        except (ValueError, PermissionError):
+            pass
+
+
 def _create_v1(name: str, memory_bytes: int, pids: int) -> Cgroup | None:
     """cgroup v1: a folder in the memory and in the pids hierarchy."""
     memory_own, pids_own = _own("memory"), _own("pids")
@@ -78,6 +95,8 @@ def _create_v1(name: str, memory_bytes: int, pids: int) -> Cgroup | None:
         return None
     memory = _V1 / "memory" / memory_own.lstrip("/") / name
     pid_folder = _V1 / "pids" / pids_own.lstrip("/") / name
+    _sweep(memory.parent)
+    _sweep(pid_folder.parent)
     memory.mkdir()
     made = Cgroup([memory])
     try:
@@ -106,6 +125,7 @@ def _create_v2(name: str, memory_bytes: int, pids: int) -> Cgroup | None:
         if not control.exists() or not {"memory", "pids"} <= set(control.read_text().split()):
             continue
         folder = root / name
+        _sweep(root)
         try:
             folder.mkdir()
         except OSError:

@@ -14,13 +14,14 @@ import contextlib
 import json
 import math
 import os
+import queue
 import selectors
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,24 +41,48 @@ _GRACE_SECONDS = 5.0  # the supervisor's own clean-up after a run's deadline
 _MAX_RUNS = 5000  # a sandbox is replaced after this many runs, whatever its checks said
 
 
-_spawn_thread: list[ThreadPoolExecutor] = []
+class _Spawner:
+    """The one long-lived thread that starts every sandbox. bwrap's --die-with-parent is the
+    kernel's parent-death signal, sent when the THREAD that forked it ends: a sandbox
+    started by a short-lived worker thread would die with that thread. A daemon thread
+    lives until the process ends, after its atexit hooks have closed the pool in order."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Any, tuple[Any, ...], dict[str, Any], Future[Any]]]
+        self.jobs = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="dyngen-sandbox-spawner", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            call, args, kwargs, future = self.jobs.get()
+            try:
+                future.set_result(call(*args, **kwargs))
+            except BaseException as error:  # handed to the caller's thread
+                future.set_exception(error)
+
+    def submit(self, call: Any, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run `call` on the spawner's thread."""
+        future: Future[Any] = Future()
+        self.jobs.put((call, args, kwargs, future))
+        return future
+
+
+_spawner_now: list[_Spawner] = []
 _spawn_lock = threading.Lock()
 
 
-def _spawner() -> ThreadPoolExecutor:
-    """The one long-lived thread that starts every sandbox: bwrap's --die-with-parent is the
-    kernel's parent-death signal, sent when the THREAD that forked it ends, so a sandbox
-    started by a short-lived worker thread would die with that thread."""
+def _spawner() -> _Spawner:
+    """The process's spawner thread, started on first use."""
     with _spawn_lock:
-        if not _spawn_thread:
-            _spawn_thread.append(ThreadPoolExecutor(1, thread_name_prefix="dyngen-sandbox"))
-        return _spawn_thread[0]
+        if not _spawner_now:
+            _spawner_now.append(_Spawner())
+        return _spawner_now[0]
 
 
 def _forget_spawner() -> None:
     global _spawn_lock
     _spawn_lock = threading.Lock()
-    _spawn_thread.clear()  # its thread is not in a forked child
+    _spawner_now.clear()  # its thread is not in a forked child
 
 
 os.register_at_fork(after_in_child=_forget_spawner)
@@ -289,9 +314,14 @@ class WarmSandbox:
         """End the supervisor, every process of the sandbox and its cgroup."""
         proc = getattr(self, "proc", None)
         if proc is not None:
+            if proc.poll() is None and self.sandbox_pid is not None:
+                # The sandbox's PID 1: its death ends its PID namespace, then bwrap reaps it
+                # and exits (killing bwrap first would leave it a zombie of init's, holding
+                # its cgroup). It is not reaped while bwrap lives: its pid is not reused.
+                _kill(self.sandbox_pid)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(1)
             if proc.poll() is None:
-                if self.sandbox_pid is not None:  # its death ends the sandbox's PID namespace
-                    _kill(self.sandbox_pid)
                 _kill(-proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)

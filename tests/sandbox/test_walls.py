@@ -188,3 +188,26 @@ def test_unisolated_runs_unprivileged_and_leave_nothing_running() -> None:
                         screened=False)
     assert not result.ok and result.reason in ("timeout", "error"), result
     assert "dyngen-left" not in _comms()
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="cgroup v1 memory and pids are writable as root")
+def test_the_cgroup_of_a_worker_that_ended_without_closing_is_removed_later() -> None:
+    """A forked child that ends by os._exit closes nothing; the next worker's first cgroup
+    sweeps the empty cgroups of workers that are gone."""
+    from dyngen.sandbox import cgroup
+
+    gone = os.fork()
+    if gone == 0:
+        os._exit(0)
+    os.waitpid(gone, 0)
+    made = cgroup.Cgroup.create(256 << 20, 16)
+    assert made is not None
+    stale = [folder.parent / f"dyngen-sandbox-{gone}-0" for folder in made.folders]
+    for folder in stale:
+        folder.mkdir()
+    cgroup._swept.clear()
+    again = cgroup.Cgroup.create(256 << 20, 16)
+    assert again is not None
+    assert not any(folder.exists() for folder in stale)
+    made.remove()
+    again.remove()
