@@ -6,12 +6,15 @@ All in one run, on CPU, with the default model (SmolLM2-135M-Instruct, in-proces
              drops by reason, seconds generating and checking
   labels     every kept row's program re-run in a fresh sandbox (and the seed file's 36):
              the share whose value is the row's label (it must be 100%)
-  sandbox    `--runs` calls of a small function, one fresh sandbox each: one at a time and
-             `workers` at once (as the generator runs them); the baseline, in the same run
-             (5 interleaved rounds, medians), is a plain `python -c pass` subprocess of the
-             same interpreter (and, for scale, the bare base interpreter with -S)
+  sandbox    `--runs` calls of a small function through run_python (warm sandboxes), one at
+             a time and `workers` at once (as the generator runs them); the baseline, in the
+             same run (5 interleaved rounds, medians), is the cold path (a sandbox started
+             and ended per run) and, for scale, a plain `python -c pass` subprocess
+  rewards    `--rewards` abduction reward calls (code_task_reward, one batch), each running
+             the program on the answer, with sandbox_workers 1 and `workers`
 
-    python benchmarks/code_tasks.py [--seeds 8] [--proposals 4] [--passes 1] [--runs 100]
+    python benchmarks/code_tasks.py [--seeds 8] [--proposals 4] [--passes 1] [--runs 1000]
+                                    [--rewards 4096]
                                     [--workers 2] [--tasks deduction,abduction]
 """
 
@@ -44,39 +47,63 @@ def runs_per_second(run: Any, count: int, workers: int) -> float:
 
 
 def sandbox_speed(count: int, workers: int, rounds: int = 5) -> None:
-    """Sandbox runs per second against plain `python -c` subprocesses, same run: `rounds`
-    interleaved rounds of count/rounds calls each (the machine's load drifts), medians."""
+    """Sandbox runs per second, warm (run_python: the process-wide pool of warm sandboxes)
+    against cold (a sandbox started and ended per run, as before warm sandboxes) and plain
+    `python -c pass` subprocesses, same run: `rounds` interleaved rounds, medians."""
     from dyngen.sandbox import require_bwrap, run_python
-    from dyngen.sandbox.bwrap import interpreter
+    from dyngen.sandbox.pool import close_pool
+    from dyngen.sandbox.process import execute
 
     require_bwrap()
 
-    def sandboxed(i: int) -> None:
+    def warm(i: int) -> None:
         assert run_python(PROGRAM, "f", [i, 3, 9, 1]).ok
+
+    def cold(i: int) -> None:
+        assert execute(PROGRAM, "f", repr([i, 3, 9, 1]), timeout_seconds=5, memory_mb=512,
+                       isolation="bwrap").ok
 
     def plain(i: int) -> None:
         subprocess.run([sys.executable, "-c", "pass"], check=True)
 
-    def bare(i: int) -> None:
-        subprocess.run([str(interpreter()), "-S", "-c", "pass"], check=True)
-
-    kinds = {"plain `python -c pass` (venv, site)": plain,
-             "bare `python -S -c pass` (base interpreter)": bare,
-             "run_python in bwrap (fresh sandbox each)": sandboxed}
+    # (label, function, calls per round): a cold run costs ~10x a warm one
+    kinds = [("plain `python -c pass` (venv, site)", plain, max(2, count // rounds // 10)),
+             ("run_python cold (a sandbox per run)", cold, max(2, count // rounds // 10)),
+             ("run_python warm (sandbox pool)", warm, max(2, count // rounds))]
+    warm(0)  # the pool's first sandbox starts outside the timing, as in a long training run
     rates: dict[tuple[str, int], list[float]] = {}
     for _ in range(rounds):
-        for label, run in kinds.items():
+        for label, run, calls in kinds:
             for w in (1, workers):
-                rates.setdefault((label, w), []).append(
-                    runs_per_second(run, max(1, count // rounds), w))
+                rates.setdefault((label, w), []).append(runs_per_second(run, calls, w))
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"{'runs/s (median of ' + str(rounds) + ' rounds)':<44}{'1 at a time':>12}"
           f"{f'{workers} at once':>12}")
-    for label in kinds:
+    for label, _, _ in kinds:
         print(f"{label:<44}{med[label, 1]:>12.1f}{med[label, workers]:>12.1f}")
-    sand, plain_label = "run_python in bwrap (fresh sandbox each)", next(iter(kinds))
-    print(f"{'ratio sandbox / plain python -c':<44}{med[sand, 1] / med[plain_label, 1]:>12.2f}"
-          f"{med[sand, workers] / med[plain_label, workers]:>12.2f}")
+    hot, cool = kinds[2][0], kinds[1][0]
+    print(f"{'ratio warm / cold':<44}{med[hot, 1] / med[cool, 1]:>12.2f}"
+          f"{med[hot, workers] / med[cool, workers]:>12.2f}")
+    close_pool()
+
+
+def reward_speed(calls: int, workers: int) -> None:
+    """Seconds for `calls` abduction rewards (each runs the program on the answer in the
+    sandbox), as TRL calls code_task_reward with a whole batch."""
+    from dyngen.generators.code_tasks.reward import code_task_reward
+    from dyngen.generators.code_tasks.tasks import ABDUCTION
+
+    info = {"task": ABDUCTION, "program": PROGRAM, "function": "f", "input": "[1, 2, 3, 4]",
+            "output": "[4, 3, 2]"}
+    completions = [f"It sorts.\nAnswer: [{i % 7}, 2, 3, 4]" for i in range(calls)]
+    for w in (1, workers):
+        start = time.perf_counter()
+        scores = code_task_reward(prompts=[""] * calls, completions=completions,
+                                  reward_model=[{"ground_truth": info["output"]}] * calls,
+                                  extra_info=[info] * calls, sandbox_workers=w)
+        seconds = time.perf_counter() - start
+        print(f"{calls} abduction reward calls, sandbox_workers={w}: {seconds:.1f} s "
+              f"({calls / seconds:.0f}/s; {sum(scores):.0f} scored 1.0)")
 
 
 def relabel(rows: list[dict[str, Any]]) -> tuple[int, int]:
@@ -134,7 +161,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=8, help="hard_k")
     ap.add_argument("--proposals", type=int, default=4, help="proposals_per_seed")
     ap.add_argument("--passes", type=int, default=1)
-    ap.add_argument("--runs", type=int, default=100, help="sandbox runs to time")
+    ap.add_argument("--runs", type=int, default=1000, help="warm sandbox runs to time")
+    ap.add_argument("--rewards", type=int, default=4096, help="abduction reward calls")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tasks", default="deduction")
     ap.add_argument("--cache", default=str(REPO / ".dyngen" / "models"),
@@ -144,6 +172,8 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
     if args.only != "proposals":
         sandbox_speed(args.runs, args.workers)
+        print()
+        reward_speed(args.rewards, args.workers)
         print()
     if args.only != "sandbox":
         proposals(args, Path(args.cache))

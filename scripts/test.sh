@@ -14,6 +14,15 @@ fi
 if ! command -v bwrap >/dev/null; then
     missing+=(bubblewrap)  # tests/sandbox, dyngen.generators.code_tasks
 fi
+if ! compgen -G "/usr/lib/*/libseccomp.so.2" >/dev/null \
+        && ! compgen -G "/lib/*/libseccomp.so.2" >/dev/null; then
+    missing+=(libseccomp2)  # the sandbox's seccomp filter (PyPI pyseccomp binds it)
+fi
+if [ "$(id -u)" = 0 ] && ! /usr/bin/python3 -c "import pytest, seccomp" 2>/dev/null; then
+    # tests/sandbox as an unprivileged user, below, with the system's python3 (and
+    # libseccomp's own bindings, for a worker started by that python3 without pyseccomp)
+    missing+=(python3 python3-pytest python3-seccomp)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
@@ -24,6 +33,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 .venv/bin/ruff check .
+# The sandbox's tests again as an unprivileged user (created here: dyngen-sandbox), where
+# bwrap runs in a user namespace as most workers do; the whole suite below runs as root.
+if [ "$(id -u)" = 0 ]; then
+    bash scripts/test-sandbox-unprivileged.sh
+fi
 # The documentation site, strict: a dead link or anchor, a page left out of the nav, a
 # missing snippet file or a module the API reference cannot read fails here.
 # (tests/test_docs.py runs the pages' code blocks.)

@@ -3,14 +3,16 @@
 The sandbox sees, read-only, the interpreter, its standard library (site-packages hidden)
 and the system's shared libraries; a private /dev; an empty writable /tmp of bounded size
 as its working folder; nothing else of the host (no /home, /root, /etc, /proc, store or
-worker files). It has its own PID, network (loopback only), IPC, UTS and cgroup namespaces,
-a new session (no terminal to inject into) and an environment holding only what is set here.
+worker files); `/` and `/dev` are remounted read-only: as any uid only /tmp is writable.
+It has its own PID, network (loopback only), IPC, UTS and cgroup namespaces, a new session
+(no terminal to inject into), an environment holding only what is set here, and a seccomp
+filter (dyngen.sandbox.seccomp) loaded by bwrap; unprivileged, no further user namespaces.
 
 Who it runs as: the kernel does not count RLIMIT_NPROC for root, so a fork bomb started by
 root would be unbounded. Run by root, bwrap makes no user namespace (its uid map would map
-the sandbox back to root) and lets the runner switch to `SANDBOX_UID` (nobody) with only
-CAP_SETUID/CAP_SETGID, which the switch drops; run by another user, bwrap's user namespace
-(`--unshare-all`) keeps the sandbox at that unprivileged uid.
+the sandbox back to root) and lets the supervisor switch each run to `SANDBOX_UID` (nobody)
+with the few capabilities listed below, which the switch drops; run by another user,
+bwrap's user namespace (`--unshare-all`) keeps the sandbox at that unprivileged uid.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _LIBRARY_DIRS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64"
 # The namespaces of --unshare-all but the user one (see the module's docstring).
 _ROOT_NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                     "--unshare-cgroup-try")
+_ROOT_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_ADMIN")
 
 
 def bwrap_path() -> str | None:
@@ -76,8 +79,11 @@ def _under(path: Path, folders: list[Path]) -> bool:
     return any(path == f or f in path.parents for f in folders)
 
 
-def mount_arguments(tmp_bytes: int) -> list[str]:
-    """bwrap's arguments that build the sandbox's file system."""
+def mount_arguments(tmp_bytes: int, as_root: bool) -> list[str]:
+    """bwrap's arguments that build the sandbox's file system: `/` and `/dev` read-only once
+    /tmp is there. As root /tmp is an empty folder the supervisor mounts a tmpfs bounded in
+    bytes and inodes on; otherwise bwrap's own tmpfs, bounded in bytes only (a user
+    namespace's bwrap cannot pass tmpfs options, nor let the supervisor mount)."""
     args: list[str] = []
     system = []
     for name in _LIBRARY_DIRS:
@@ -99,12 +105,16 @@ def mount_arguments(tmp_bytes: int) -> list[str]:
         args += ["--ro-bind", str(path), str(path)]
     for folder in hidden:
         args += ["--tmpfs", str(folder)]
-    size = ["--size", str(tmp_bytes)] if _tmpfs_size_supported(bwrap_path() or "bwrap") else []
-    return [*args, "--dev", "/dev", "--perms", "1777", *size, "--tmpfs", "/tmp",
-            "--chdir", "/tmp"]
+    if as_root:
+        tmp = ["--perms", "0755", "--dir", "/tmp"]
+    else:
+        size = ["--size", str(tmp_bytes)] if _tmpfs_size_supported(bwrap_path() or "bwrap") else []
+        tmp = ["--perms", "1777", *size, "--tmpfs", "/tmp"]
+    return [*args, "--dev", "/dev", *tmp, "--remount-ro", "/dev", "--remount-ro", "/",
+            "--chdir", "/"]
 
 
-def bwrap_command(python_args: list[str], env: dict[str, str], info_fd: int,
+def bwrap_command(python_args: list[str], env: dict[str, str], info_fd: int, seccomp_fd: int,
                   tmp_bytes: int) -> tuple[list[str], int | None]:
     """(the bwrap command running `python_args` in the sandbox, the uid the runner must
     switch to, or None when bwrap's user namespace already made it unprivileged)."""
@@ -112,12 +122,15 @@ def bwrap_command(python_args: list[str], env: dict[str, str], info_fd: int,
     if bwrap is None:
         raise FileNotFoundError("bwrap")
     as_root = os.geteuid() == 0
+    # As root the supervisor keeps CAP_SYS_ADMIN to mount /tmp (then drops it), CAP_KILL to
+    # end a run of another uid, CAP_SETUID/SETGID for the switch each run makes.
     namespaces = (
-        [*_ROOT_NAMESPACES, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
-         "--cap-add", "CAP_SETGID"] if as_root else ["--unshare-all"])
+        [*_ROOT_NAMESPACES, "--cap-drop", "ALL", *(a for cap in _ROOT_CAPABILITIES
+                                                   for a in ("--cap-add", cap))]
+        if as_root else ["--unshare-all", "--unshare-user", "--disable-userns"])
     setenv = [a for k, v in env.items() for a in ("--setenv", k, v)]
     command = [bwrap, *namespaces, "--die-with-parent", "--new-session", "--as-pid-1",
-               "--clearenv",
-               *setenv, *mount_arguments(tmp_bytes), "--info-fd", str(info_fd),
+               "--clearenv", *setenv, *mount_arguments(tmp_bytes, as_root),
+               "--info-fd", str(info_fd), "--seccomp", str(seccomp_fd),
                str(interpreter()), *python_args]
     return command, SANDBOX_UID if as_root else None

@@ -7,6 +7,7 @@ import functools
 from dyngen.errors import SandboxUnavailableError
 from dyngen.sandbox.bwrap import bwrap_path
 from dyngen.sandbox.process import execute
+from dyngen.sandbox.seccomp import seccomp_problem
 
 _ADVICE = ("Code tasks run model-written programs only inside bubblewrap. Install it "
            "(Debian/Ubuntu: apt-get install bubblewrap), or where it cannot run (a container "
@@ -20,6 +21,8 @@ def bwrap_problem() -> str | None:
     """Why bubblewrap cannot run a trivial program here, or None if it can."""
     if bwrap_path() is None:
         return "bwrap is not on PATH"
+    if (problem := seccomp_problem()) is not None:
+        return problem
     result = execute("def f(x):\n    return x + 1\n", "f", "41", timeout_seconds=30,
                      memory_mb=256, isolation="bwrap")
     if result.ok and result.value == "42":

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from dyngen.errors import SandboxInputError, SandboxUnavailableError
+from dyngen.sandbox.pool import pool
 from dyngen.sandbox.probe import require_bwrap
-from dyngen.sandbox.process import SandboxResult, execute
+from dyngen.sandbox.process import REASONS, SandboxBroken, SandboxResult, execute
 from dyngen.sandbox.screen import screen
-from dyngen.sandbox.values import argument_literal, same_value
+from dyngen.sandbox.values import UnshowableArgumentError, argument_literal, same_value
 
-REASONS = ("timeout", "memory", "error", "forbidden", "output_limit", "crashed",
-           "nondeterministic")
 ISOLATIONS = ("bwrap", "unisolated")
 MAX_PROGRAM_CHARS = 100_000
 
@@ -41,24 +40,37 @@ def run_python(program: str, function: str, argument: Any, *, timeout_seconds: f
                memory_mb: int = 512, isolation: str = "bwrap", hash_seed: int = 0,
                max_output_bytes: int = 1 << 20, max_value_chars: int = 10_000,
                screened: bool = True) -> SandboxResult:
-    """Run `function(argument)` from `program` in a fresh sandbox; its result as data.
+    """Run `function(argument)` from `program` in a sandbox; its result as data, never a raise
+    for what the program does.
+
+    The run is a fresh child of a warm sandbox (dyngen.sandbox.pool): nothing of an earlier
+    run is there.
 
     `argument` crosses as a literal (repr, read back with ast.literal_eval), the value
-    comes back as its repr: no pickle crosses. `isolation="bwrap"` (bubblewrap, rlimits,
+    comes back as its repr: no pickle crosses. Data that cannot cross (inf, nan, an int
+    too long to print, too deep) is an "error" result; a non-data argument (an object) is
+    the caller's mistake: SandboxInputError. `isolation="bwrap"` (bubblewrap, rlimits,
     the process tree killed at the timeout) raises SandboxUnavailableError where bubblewrap
     cannot run; "unisolated" runs with rlimits and the timeout only. `hash_seed` is
     PYTHONHASHSEED (set order depends on it). `screened=False` skips the AST filter, to
     show that the sandbox holds without it.
     """
     _check_call(program, function, timeout_seconds, memory_mb, isolation)
-    literal = argument_literal(argument)
+    try:
+        literal = argument_literal(argument)
+    except UnshowableArgumentError as error:  # hostile data is a result, never a raise
+        return SandboxResult.failed("error", str(error))
     if screened and (why := screen(program)):
         return SandboxResult.failed("forbidden", why)
     if isolation == "bwrap":
         require_bwrap()
-    return execute(program, function, literal, timeout_seconds=timeout_seconds,
-                   memory_mb=memory_mb, isolation=isolation, hash_seed=hash_seed,
-                   max_output_bytes=max_output_bytes, max_value_chars=max_value_chars)
+    try:
+        return pool().run(program, function, literal, isolation=isolation,
+                          hash_seed=hash_seed, memory_mb=memory_mb,
+                          timeout_seconds=timeout_seconds, max_output_bytes=max_output_bytes,
+                          max_value_chars=max_value_chars)
+    except (SandboxBroken, TimeoutError) as error:
+        return SandboxResult.failed("crashed", f"the sandbox did not start: {error}")
 
 
 def run_deterministic(program: str, function: str, argument: Any, *, runs: int = 2,

@@ -38,29 +38,57 @@ BANNED_ATTRIBUTES = frozenset({
     "__defaults__", "__kwdefaults__", "f_globals", "f_locals", "f_builtins", "f_back",
     "f_code", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code",
     "tb_frame", "tb_next", "co_code",
+    # string.Formatter().get_field("0.__class__", ...) reaches an attribute named in a string
+    "get_field",
 }) | BANNED_MODULES  # `random.os`-style reach through a module that imported one
+# Modules a program may import although their name starts with an underscore.
+ALLOWED_PRIVATE_MODULES = frozenset({"__future__"})
+
+
+def _banned_module(name: str) -> bool:
+    """Whether importing dotted `name` is refused: a banned package, or any private part
+    (`_io`, `_posixsubprocess`, `json._x`) but __future__."""
+    parts = name.split(".")
+    return parts[0] in BANNED_MODULES or (
+        name not in ALLOWED_PRIVATE_MODULES and any(p.startswith("_") for p in parts))
+
+
+def _banned_attribute(name: str) -> bool:
+    """Whether reading attribute `name` is refused: the interpreter's internals, or a module
+    a library imported under a private name (`random._os`, `x._sys`)."""
+    return name in BANNED_ATTRIBUTES or name.lstrip("_") in BANNED_MODULES
 
 
 def screen(program: str) -> str | None:
     """Why `program` is forbidden (e.g. "imports os"), or None if the filter passes it.
 
-    A program that does not parse passes: running it reports its SyntaxError.
+    A program that does not parse passes: running it reports its SyntaxError. One nested
+    too deeply for the parser (a parser bomb) is refused.
     """
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError):
         return None
+    except (RecursionError, MemoryError):
+        return "is nested too deeply to read"
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in BANNED_MODULES:
+                if _banned_module(alias.name):
                     return f"imports {alias.name}"
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if node.level or module.split(".")[0] in BANNED_MODULES:
+            if node.level or _banned_module(module):
                 return f"imports from {'.' * node.level}{module}"
+            for alias in node.names:  # `from posixpath import os`, `from random import _os`
+                if _banned_attribute(alias.name) or alias.name in BANNED_NAMES:
+                    return f"imports {alias.name} from {module}"
         elif isinstance(node, ast.Name) and node.id in BANNED_NAMES:
             return f"uses {node.id}"
-        elif isinstance(node, ast.Attribute) and node.attr in BANNED_ATTRIBUTES:
+        elif isinstance(node, ast.Attribute) and _banned_attribute(node.attr):
             return f"uses the attribute .{node.attr}"
+        elif isinstance(node, ast.MatchClass):  # `case object(__class__=c)` reads attributes
+            for name in node.kwd_attrs:
+                if _banned_attribute(name):
+                    return f"uses the attribute .{name}"
     return None

@@ -8,23 +8,49 @@ from typing import Any
 from dyngen.errors import SandboxInputError
 
 MAX_ARGUMENT_CHARS = 100_000
+_DATA = (int, float, complex, str, bytes, bool, type(None), list, tuple, dict, set, frozenset)
+
+
+class UnshowableArgumentError(SandboxInputError):
+    """Data of literal types that still cannot cross: inf, nan, an int too long to print, a
+    nesting too deep or a text too long to read back. run_python reports it as an error."""
+
+
+def only_data(argument: Any) -> bool:
+    """Whether `argument` is made of literal types only (its nesting walked without
+    recursion, so a deep one is no RecursionError)."""
+    stack, seen = [argument], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if type(value) not in _DATA or seen > MAX_ARGUMENT_CHARS:
+            return False
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend(value)
+    return True
 
 
 def argument_literal(argument: Any) -> str:
-    """`argument` as a Python literal that reads back equal, or a SandboxInputError."""
-    text = repr(argument)
+    """`argument` as a Python literal that reads back equal, or a SandboxInputError
+    (UnshowableArgumentError for data of literal types that cannot cross)."""
     try:
-        same = ast.literal_eval(text) == argument
+        text = repr(argument)
+        same = len(text) <= MAX_ARGUMENT_CHARS and ast.literal_eval(text) == argument
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        same = False
+        text, same = "?", False
+    if not same and only_data(argument):
+        raise UnshowableArgumentError(
+            f"argument: expected data that reads back as a Python literal; found "
+            f"{type(argument).__name__} {text[:80]!r} (inf, nan, an int too long to print, a "
+            f"nesting too deep, or over {MAX_ARGUMENT_CHARS} characters).")
     if not same:
         raise SandboxInputError(
             f"argument: expected data that crosses the sandbox as a Python literal (numbers, "
             f"strings, bytes, booleans, None, and lists, tuples, dicts and sets of them); "
             f"found {type(argument).__name__} {text[:80]!r}. Pass plain data, not objects.")
-    if len(text) > MAX_ARGUMENT_CHARS:
-        raise SandboxInputError(f"argument: expected at most {MAX_ARGUMENT_CHARS} characters "
-                                f"as a literal; found {len(text)}. Pass a smaller input.")
     return text
 
 

@@ -57,7 +57,7 @@ def ignores_its_argument(program: str, function: str) -> bool:
     """Whether `function`'s body never reads any of its parameters (a constant task)."""
     try:
         tree = ast.parse(program)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == function:

@@ -47,6 +47,7 @@ from dyngen.generators.schema import rows_as_dataset
 from dyngen.llm import MODEL_DEFAULTS, ChatModel, chat_model
 from dyngen.round.context import RoundContext
 from dyngen.sandbox import ISOLATIONS, require_bwrap
+from dyngen.sandbox.cgroup import runs_without_cgroup
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class CodeTaskProposer(AbstractDataGenerator):
                   context: RoundContext | None, model: ChatModel | None) -> datasets.Dataset:
         """Propose, parse and run, pass after pass, from the seeds of this round."""
         seen = _known_programs(seeds, rows, int(cfg["seed_window"]))
+        unbounded_before = runs_without_cgroup()
         round_no = getattr(context, "round", 0)
         min_rows = min_rows_share(cfg, context)
         dropped: Counter[str] = Counter()
@@ -161,6 +163,8 @@ class CodeTaskProposer(AbstractDataGenerator):
             "dropped": dict(sorted(dropped.items())), "sandbox": cfg["sandbox"],
             "programs_run": timing["checked"],
             "sandbox_seconds": round(timing["sandbox_seconds"], 3),
+            # runs whose memory only rlimits bounded (no cgroup could be made: see the log)
+            "sandbox_runs_without_cgroup": runs_without_cgroup() - unbounded_before,
             "generated_tokens": timing["generated_tokens"],
             "generate_seconds": round(timing["generate_seconds"], 3)}
         if model is not None:

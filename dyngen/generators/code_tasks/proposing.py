@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dyngen.generators.code_tasks.tasks import code_block, functions_of, literal, program_of
 from dyngen.generators.proposer.sampling import seed_requests
 from dyngen.llm import ChatModel, ChatResult, Message
+from dyngen.sandbox import SandboxInputError, argument_literal
 
 if TYPE_CHECKING:
     from dyngen.generators.proposer.seeds import Seed
@@ -38,7 +39,9 @@ SHOTS = (
 # A seed that is no code task (a word problem): its answer as a function of its numbers.
 TEXT_SHOT = ("Tom has 12 apples and buys 7 more. How many apples does he have?",
              "def f(x):\n    apples, bought = x\n    return apples + bought", "(12, 7)")
-_INPUT = re.compile(r"^[ \t]*Input:[ \t]*(?P<arg>.+?)[ \t]*$", re.M | re.I)
+# `[^\n]*` to the line's end, stripped after: a lazy group before `[ \t]*$` backtracks
+# quadratically on a line of blanks a model may well write.
+_INPUT = re.compile(r"^[ \t]*Input:[ \t]*(?P<arg>[^\n]*)", re.M | re.I)
 
 
 def _shown(program: str, argument: str) -> str:
@@ -108,10 +111,14 @@ def parse_candidate(text: str, max_program_chars: int,
     m = _INPUT.search(text, text.find(program) + len(program) if program in text else 0)
     if not names or m is None:
         return "unparsed"
-    ok, value = literal(m["arg"].strip("`"))
+    ok, value = literal(m["arg"].strip().strip("`"))
     if not ok:
         return "unparsed"
-    if len(program) > max_program_chars or len(repr(value)) > max_input_chars:
+    try:  # 1e999, nan, a 5,000-digit int, a nesting too deep: no input the sandbox can take
+        shown = argument_literal(value)
+    except SandboxInputError:
+        return "unparsed"
+    if len(program) > max_program_chars or len(shown) > max_input_chars:
         return "too_long"
     function = "f" if "f" in names else names[-1]
-    return Candidate(program.strip(), function, repr(value), value)
+    return Candidate(program.strip(), function, shown, value)

@@ -17,25 +17,40 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dyngen.errors import ConfigError
 from dyngen.generators.code_tasks.tasks import ABDUCTION, literal
 
-_ANSWER = re.compile(r"\banswer[ \t*_]*:[ \t*_]*(?P<a>.*?)[ \t]*$", re.I | re.M)
-_BOXED = re.compile(r"\\boxed\{(?P<a>.*)\}")
+# Linear-time patterns: a completion may be long and built to make a regex backtrack (a
+# lazy group before `[ \t]*$`, or a greedy one before `\}`, is quadratic on it).
+_ANSWER = re.compile(r"\banswer[ \t*_]*:[ \t*_]*(?P<a>[^\n]*)", re.I)
+_BOXED = "\\boxed{"
+
+
+def _last_boxed(text: str) -> str | None:
+    """What the last line holding a boxed answer boxes: from its first `boxed{` to its last
+    `}`, as a greedy regex within one line would take it; or None."""
+    for line in reversed(text.split("\n")):
+        start, end = line.find(_BOXED), line.rfind("}")
+        if start >= 0 and start + len(_BOXED) <= end:
+            return line[start + len(_BOXED):end]
+    return None
 
 
 def final_answer(text: str) -> str | None:
     """The text of the completion's final answer, or None if it gives none."""
-    found = list(_ANSWER.finditer(text))
-    if found:
-        answer = found[-1]["a"]
+    found = None
+    for found in _ANSWER.finditer(text):  # noqa: B007 - the last one is the answer
+        pass
+    if found is not None:
+        answer = found["a"]
     else:
-        boxed = list(_BOXED.finditer(text))
-        if not boxed:
+        boxed = _last_boxed(text)
+        if boxed is None:
             return None
-        answer = boxed[-1]["a"]
+        answer = boxed
     answer = answer.strip()
     if answer.endswith(".") and not literal(answer)[0]:  # a sentence's full stop
         answer = answer[:-1]
@@ -44,10 +59,11 @@ def final_answer(text: str) -> str | None:
 
 def score(solution: str, ground_truth: str, extra_info: Mapping[str, Any] | None = None,
           sandbox: str = "bwrap", timeout_seconds: float = 5.0) -> float:
-    """1.0 if the completion's final answer solves the task, else 0.0."""
-    from dyngen.sandbox import run_python, same_value
+    """1.0 if the completion's final answer solves the task, else 0.0: a hostile answer (a
+    parser bomb, 1e999, a huge int) scores 0.0 and never raises inside a training step."""
+    from dyngen.sandbox import SandboxInputError, run_python, same_value
 
-    answer = final_answer(solution or "")
+    answer = final_answer(solution if isinstance(solution, str) else "")
     if answer is None:
         return 0.0
     readable, value = literal(answer)
@@ -61,8 +77,11 @@ def score(solution: str, ground_truth: str, extra_info: Mapping[str, Any] | None
     if not info.get("program") or not info.get("function"):
         raise ConfigError("an abduction task's extra_info must hold its program and function "
                           f"to check an answer by running it; found keys {sorted(info)}.")
-    result = run_python(str(info["program"]), str(info["function"]), value,
-                        isolation=sandbox, timeout_seconds=timeout_seconds)
+    try:
+        result = run_python(str(info["program"]), str(info["function"]), value,
+                            isolation=sandbox, timeout_seconds=timeout_seconds)
+    except SandboxInputError:  # an answer that cannot cross (too long, not data)
+        return 0.0
     return 1.0 if result.ok and same_value(result.value or "", str(ground_truth)) else 0.0
 
 
@@ -91,12 +110,14 @@ def code_task_reward(prompts: Sequence[Any], completions: Sequence[Any],
                      reward_model: Sequence[Mapping[str, Any]] | None = None,
                      extra_info: Sequence[Mapping[str, Any] | None] | None = None,
                      ground_truth: Sequence[str] | None = None, *, sandbox: str = "bwrap",
-                     timeout_seconds: float = 5.0, **kwargs: Any) -> list[float]:
+                     timeout_seconds: float = 5.0, sandbox_workers: int = 2,
+                     **kwargs: Any) -> list[float]:
     """TRL's reward function: one score per completion, from the rows' own columns.
 
     The label is each row's `reward_model["ground_truth"]` (verl's schema) or its
     `ground_truth` column. `sandbox` and `timeout_seconds` apply to abduction answers (wrap
-    the function to change them: TRL names a reward by its function's __name__).
+    the function to change them: TRL names a reward by its function's __name__);
+    `sandbox_workers` completions are scored at once, each on a warm sandbox of its own.
     """
     if ground_truth is None and reward_model is None:
         given = sorted([*kwargs, *(["extra_info"] if extra_info is not None else [])])
@@ -107,5 +128,13 @@ def code_task_reward(prompts: Sequence[Any], completions: Sequence[Any],
     truths = list(ground_truth) if ground_truth is not None else [
         str((r or {}).get("ground_truth", "")) for r in reward_model or []]
     infos = list(extra_info) if extra_info is not None else [None] * len(completions)
-    return [score(_text(c), t, i, sandbox=sandbox, timeout_seconds=timeout_seconds)
-            for c, t, i in zip(completions, truths, infos, strict=True)]
+    rows = list(zip(completions, truths, infos, strict=True))
+
+    def one(row: tuple[Any, str, Any]) -> float:
+        return score(_text(row[0]), row[1], row[2], sandbox=sandbox,
+                     timeout_seconds=timeout_seconds)
+
+    if sandbox_workers <= 1 or len(rows) <= 1:
+        return [one(row) for row in rows]
+    with ThreadPoolExecutor(min(sandbox_workers, len(rows))) as pool:
+        return list(pool.map(one, rows))

@@ -60,7 +60,7 @@ def functions_of(program: str) -> list[str]:
     """The names of the top-level functions `program` defines (none if it does not parse)."""
     try:
         tree = ast.parse(program)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     return [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
 
@@ -69,7 +69,7 @@ def normal_form(program: str) -> str:
     """A program's syntax without comments, spacing or docstrings: equal for copies."""
     try:
         tree = ast.parse(program)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return " ".join(program.split())
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -77,4 +77,7 @@ def normal_form(program: str) -> str:
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree)
+    try:
+        return ast.dump(tree)
+    except (RecursionError, MemoryError):  # parsed, but too deep to print
+        return " ".join(program.split())
