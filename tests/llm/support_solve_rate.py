@@ -71,3 +71,29 @@ def solve_round_config(store: Store, policy: dict[str, Any], tasks: int = 6,
 def store_files(store: Store) -> list[Path]:
     """Every file under the store, sorted (what a failed round must leave as it was)."""
     return sorted(p.relative_to(store.root) for p in Path(store.root).rglob("*"))
+
+
+def key_found_in(state: Any, store: Store, key: str) -> list[str]:
+    """Where `key` appears: the flow run's parameters, logs and artifacts, its error, the store."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+
+    run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        places = {"parameters": json.dumps(client.read_flow_run(run_id).parameters),
+                  "state": str(state.message)}
+        places["logs"] = "\n".join(log.message for log in client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id]))))
+        places["artifacts"] = json.dumps(
+            [[a.key, a.data, a.description] for a in client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
+                    any_=[run_id])))], default=str)
+    found = [name for name, text in places.items() if key in text]
+    found += [str(p) for p in Path(store.root).rglob("*")
+              if p.is_file() and key.encode() in p.read_bytes()]
+    return found

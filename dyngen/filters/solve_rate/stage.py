@@ -10,6 +10,7 @@ weights it serves), else that name.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,7 +54,7 @@ class SolveRateFilter(RowFilter):
 
     Given `grades` (measured elsewhere, e.g. by the round's partitions), it judges by them;
     otherwise it asks the policy itself, through `model` or the one the settings name.
-    It must be the last filter: `finish` pairs the rows it kept with their grades.
+    `finish` finds each kept row's grade by its prompt and extra_info.index.
     """
 
     reason = "solve_rate"
@@ -68,7 +69,7 @@ class SolveRateFilter(RowFilter):
         self.grades: list[Grade] = []  # every row judged, in order
         self.model_name = model.name if model is not None else str(
             settings.get("model_name") or "")
-        self._kept: list[Grade] = []
+        self._kept: dict[str, list[Grade]] = {}  # kept rows' grades, by the row's fingerprint
 
     def check(self, rows: Sequence[Row]) -> list[Answer]:
         grades = self.given if self.given is not None else self.measure(rows)
@@ -77,7 +78,9 @@ class SolveRateFilter(RowFilter):
                               f"{len(rows)} rows; expected one per row.")
         verdicts = [band_verdict(g, self.settings["keep"]) for g in grades]
         self.grades += grades
-        self._kept = [g for g, v in zip(grades, verdicts, strict=True) if v is None]
+        for row, grade, verdict in zip(rows, grades, verdicts, strict=True):
+            if verdict is None:
+                self._kept.setdefault(self._fingerprint(row), []).append(grade)
         return verdicts
 
     def measure(self, rows: Sequence[Row]) -> list[Grade]:
@@ -98,13 +101,22 @@ class SolveRateFilter(RowFilter):
                 model.close()
 
     def finish(self, kept: RowBatch) -> RowBatch:
-        """The kept rows, each with extra_info.solve_rate set."""
-        if len(kept) != len(self._kept):
-            raise FilterError("SolveRateFilter must be the last filter of a chain: it was "
-                              f"handed {len(kept)} rows to finish, having kept "
-                              f"{len(self._kept)}.")
-        records = [self.record(g) for g in self._kept]
+        """The kept rows, each it graded with extra_info.solve_rate set (others as they are)."""
+        waiting = {k: list(v) for k, v in self._kept.items()}
+        records = []
+        for row in kept:
+            queue = waiting.get(self._fingerprint(row))
+            records.append(self.record(queue.pop(0)) if queue else None)
         return with_records(kept, records)
+
+    def _fingerprint(self, row: Row) -> str:
+        """Which row this is, in any form the chain hands it on in (conformed or not)."""
+        prompt = row.get(self.prompt_key)
+        turns = [[m.get("role"), m.get("content")] for m in prompt] \
+            if isinstance(prompt, list) else prompt
+        info = row.get("extra_info")
+        index = info.get("index") if isinstance(info, Mapping) else None
+        return json.dumps([turns, index], default=str)
 
     def record(self, grade: Grade) -> dict[str, Any]:
         """What a kept row's extra_info.solve_rate holds."""
@@ -112,13 +124,16 @@ class SolveRateFilter(RowFilter):
                 "version": grade.answered_by or self.model_name}
 
 
-def with_records(kept: RowBatch, records: list[dict[str, Any]]) -> RowBatch:
-    """`kept` with extra_info.solve_rate set to `records`, one per row."""
+def with_records(kept: RowBatch, records: Sequence[dict[str, Any] | None]) -> RowBatch:
+    """`kept` with extra_info.solve_rate set to `records`, one per row (None: left as is)."""
+    if all(r is None for r in records):
+        return kept
     table = kept.table
     if table is None:
         rows = kept.to_list()
         for row, rec in zip(rows, records, strict=True):
-            row["extra_info"] = {**(row.get("extra_info") or {}), FIELD: rec}
+            if rec is not None:
+                row["extra_info"] = {**(row.get("extra_info") or {}), FIELD: rec}
         return RowBatch(rows)
     if "extra_info" not in table.column_names:
         raise FilterError("rows to record a solve rate on have no extra_info column")
@@ -128,11 +143,14 @@ def with_records(kept: RowBatch, records: list[dict[str, Any]]) -> RowBatch:
     names = [info.type.field(i).name for i in range(info.type.num_fields)]
     fields = [info.type.field(i) for i in range(info.type.num_fields)]
     children = [info.field(i) for i in range(info.type.num_fields)]
-    added = pa.array(records, type=RECORD_TYPE)
     if FIELD in names:
         at = names.index(FIELD)
+        old = info.field(at).to_pylist()
+        added = pa.array([r if r is not None else o for r, o in zip(records, old, strict=True)],
+                         type=RECORD_TYPE)
         fields[at], children[at] = pa.field(FIELD, RECORD_TYPE), added
     else:
+        added = pa.array(records, type=RECORD_TYPE)
         fields.append(pa.field(FIELD, RECORD_TYPE))
         children.append(added)
     merged = pa.StructArray.from_arrays(children, fields=fields)
