@@ -31,6 +31,16 @@ class RoundPoint:
     state: dict[str, float]
     timings: dict[str, float]
     generator: str
+    solve_rate: SolveRatePoint | None = None  # the round's solve-rate stage, when it ran
+
+
+@dataclass(frozen=True)
+class SolveRatePoint:
+    """A round's measured pass counts (entry k: rows that passed k of `samples`), and its band."""
+
+    samples: int
+    histogram: tuple[int, ...]
+    keep: tuple[float, float]
 
 
 @dataclass
@@ -107,7 +117,19 @@ def round_point(rec: VersionRecord) -> RoundPoint | None:
         state=numbers(_mapping(generator.get("state"))),
         timings=numbers(_mapping(lineage.get("timings"))),
         generator=str(generator.get("name") or generator.get("class") or ""),
+        solve_rate=solve_rate_point(lineage.get("solve_rate")),
     )
+
+
+def solve_rate_point(stage: Any) -> SolveRatePoint | None:
+    """The pass-count histogram and band a round's `solve_rate` lineage holds, if sound."""
+    stage = _mapping(stage)
+    samples, hist, keep = stage.get("samples"), stage.get("histogram"), stage.get("keep")
+    if not (isinstance(samples, int) and samples >= 1 and isinstance(hist, list)
+            and len(hist) == samples + 1 and all(_is_number(h) for h in hist)
+            and isinstance(keep, list) and len(keep) == 2 and all(_is_number(k) for k in keep)):
+        return None
+    return SolveRatePoint(samples, tuple(int(h) for h in hist), (float(keep[0]), float(keep[1])))
 
 
 def numbers(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

@@ -45,6 +45,10 @@ SECTIONS = (
     ("state", "Generator state over rounds", charts.state_chart,
      "The numeric fields the generator recorded as its state (e.g. a curriculum's level).",
      "no generator recorded a numeric state"),
+    ("solve_rate", "Pass rates against the policy", charts.solve_rate_chart,
+     "Each round's candidates by the policy's pass rate (dot area: rows at that rate), and "
+     "the band round.solve_rate kept (dashed); outside it rows went as too_easy / too_hard.",
+     "no round measured a solve rate"),
     ("timings", "Stage timings", charts.timings_chart,
      "Seconds each round spent per stage.", "no round recorded timings"),
 )
