@@ -112,6 +112,15 @@ def round_markdown(rec: VersionRecord) -> str:
         f"| idempotency key | {rec.idempotency_key or '-'} |",
         f"| timings (s) | {timings} |",
     ]
+    solve = as_dict(lin.get("solve_rate"))
+    if solve:
+        keep = solve.get("keep") or ["?", "?"]
+        lines.append(
+            f"| solve rate | {solve.get('graded', 0)} graded × {solve.get('samples', '?')} "
+            f"samples by `{solve.get('model') or '-'}` at {solve.get('endpoint') or '-'}, band "
+            f"[{keep[0]}, {keep[-1]}]: kept {solve.get('kept', 0)}, too_easy "
+            f"{solve.get('too_easy', 0)}, too_hard {solve.get('too_hard', 0)}, model_error "
+            f"{solve.get('model_error', 0)}; pass counts {solve.get('histogram', [])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ from tests.llm.support_solve_rate import (
 )
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Records(logging.Handler):
@@ -165,3 +169,50 @@ def test_partitions_each_grade_their_own_share(llama: LlamaServer, tmp_path: Pat
     assert stage["partitions"] == 2 and stage["graded"] == 5 and stage["requests"] == 5
     assert len(stage["share_seconds"]) == 2
     assert all(r["extra_info"]["solve_rate"]["samples"] == 2 for r in _new_rows(store))
+    _, task_names = _task_runs(state)
+    assert sorted(n for n in task_names if n.startswith("solve-rate")) == [
+        "solve-rate-0-of-2", "solve-rate-1-of-2"]
+    # A second round on a dataset whose rows already carry a solve rate.
+    state = generation_round("sums", cfg, {"event_id": "batch-3", "step": 3},
+                             return_state=True)
+    assert state.is_completed(), state.message
+    rows = store.load("sums", 2).to_list()
+    assert all(r["extra_info"]["solve_rate"] is None for r in rows[:4])  # the seed rows
+    assert all(r["extra_info"]["solve_rate"]["samples"] == 2 for r in rows[4:])
+    assert verify(store, "sums") == []
+
+
+def _task_runs(state: Any) -> tuple[Any, list[str]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+    return runs, [r.name for r in runs]
+
+
+_NO_TORCH = r"""
+import json, sys
+from dyngen.flows.generation_round import generation_round
+cfg = json.loads(sys.argv[1])
+result = generation_round("sums", cfg, {"event_id": "no-torch", "step": 1})
+print(json.dumps({"version": result["version"], "torch": "torch" in sys.modules,
+                  "in_process": "dyngen.llm.in_process" in sys.modules}))
+"""
+
+
+def test_a_served_solve_rate_round_imports_no_torch(llama: LlamaServer, tmp_path: Path) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    store = sums_store(tmp_path)
+    cfg = solve_round_config(store, {"endpoint": llama.url, "api_key_env": KEY_ENV,
+                                     "samples": 2, "keep": [0.0, 1.0], "max_tokens": 4},
+                             tasks=2)
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+           "PYTHONPATH": str(REPO), KEY_ENV: KEY}
+    out = subprocess.run([sys.executable, "-c", _NO_TORCH, json.dumps(cfg)], env=env,
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"version": 1, "torch": False, "in_process": False}
