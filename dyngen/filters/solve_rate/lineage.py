@@ -49,11 +49,14 @@ def stage_lineage(settings: Mapping[str, Any], grades: Sequence[Grade],
         "model": sorted(models)[0] if models else settings.get("model_name"),
         # True: n samples in one request; False: n one-sample requests (llama.cpp).
         "n_in_one_request": modes.pop() if len(modes) == 1 else None,
-        "samples": samples, "keep": keep, "pass_threshold": float(settings["pass_threshold"]),
+        "samples": samples, "keep": keep, "band": keep,  # band: the same [low, high]
+        "pass_threshold": float(settings["pass_threshold"]),
         "temperature": float(settings["temperature"]), "max_tokens": int(settings["max_tokens"]),
         "rewards": dict(rewards),
         "graded": len(grades), **{r: reasons.count(r) for r in
                                   ("kept", "too_easy", "too_hard", "model_error")},
-        "histogram": histogram(grades, samples), **usage, "seconds": round(seconds, 3),
+        "histogram": histogram(grades, samples), **usage,
+        "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
+        "seconds": round(seconds, 3),
         "partitions": len(shares),
     }
