@@ -212,3 +212,19 @@ def test_an_in_process_policy_is_asked_the_same_way() -> None:
     kept = flt.finish(out.kept).to_list()
     assert [g.samples for g in flt.grades] == [2, 2] and flt.usage["backend"] == "in_process"
     assert all(r["extra_info"]["solve_rate"]["samples"] == 2 for r in kept) and len(kept) == 2
+
+
+def test_a_bad_reward_path_or_an_unset_key_fails_before_the_round_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dyngen.errors import GeneratorNotFoundError
+    from dyngen.round import round_inputs
+
+    monkeypatch.delenv("NO_SUCH_POLICY_KEY", raising=False)
+    policy = {"enabled": True, "endpoint": "http://policy:8000/v1"}
+    missing = {"round": {"solve_rate": {**policy, "reward": {"path": str(tmp_path / "x.py")}}}}
+    with pytest.raises(GeneratorNotFoundError, match=r"round.solve_rate.reward.path"):
+        round_inputs("ds", missing, None)
+    unset = {"round": {"solve_rate": {**policy, "api_key_env": "NO_SUCH_POLICY_KEY"}}}
+    with pytest.raises(ConfigError, match=r"round.solve_rate.api_key_env is NO_SUCH_POLICY_KEY"):
+        round_inputs("ds", unset, None)
+    round_inputs("ds", {"round": {"solve_rate": policy}}, None)  # nothing asked yet: fine
