@@ -69,6 +69,8 @@ class SolveRateFilter(RowFilter):
         self.grades: list[Grade] = []  # every row judged, in order
         self.model_name = model.name if model is not None else str(
             settings.get("model_name") or "")
+        self.usage: dict[str, Any] = {}  # what asking cost (ModelUsage), when it asked itself
+        self.n_in_one_request: bool | None = None
         self._kept: dict[str, list[Grade]] = {}  # kept rows' grades, by the row's fingerprint
 
     def check(self, rows: Sequence[Row]) -> list[Answer]:
@@ -87,6 +89,8 @@ class SolveRateFilter(RowFilter):
         """Ask the policy: each row's grade (the model is opened and closed here if ours)."""
         listed = rows.to_list() if isinstance(rows, RowBatch) else list(rows)
         self.rewards.check(listed)  # refused before the model is even reached
+        if not listed:
+            return []
         own = self.model is None
         model = self.model or policy_model(self.settings)
         try:
