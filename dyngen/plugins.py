@@ -15,10 +15,11 @@ import importlib.util
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dyngen.errors import (
     GeneratorClassNotFoundError,
@@ -82,6 +83,29 @@ def load_class(
             f"Set {key}.name to one of its {kind} classes."
         )
     return _check_class(getattr(module, name), base, where)
+
+
+def load_function(path: str, name: str, *, key: str, kind: str = "function") -> Callable[..., Any]:
+    """Import ``path`` (as `load_class` does) and return its callable ``name``.
+
+    verl names a reward function this way (``custom_reward_function.path`` and ``.name``).
+    """
+    if not isinstance(path, str) or not path.strip():
+        raise GeneratorError(f"{key}.path must be set to {PATH_FORMS}; got {path!r}.")
+    if not isinstance(name, str) or not name.strip():
+        raise GeneratorError(f"{key}.name must be set to the {kind} in {path!r}; got {name!r}.")
+    where = _Where(path, name, key, kind)
+    module = (_import_package_module(where) if path.startswith(PKG_PREFIX)
+              else _import_file_module(where))
+    found = getattr(module, name, None)
+    if not callable(found) or inspect.isclass(found):
+        functions = sorted(a for a, v in vars(module).items()
+                           if inspect.isfunction(v) and not a.startswith("_"))
+        what = "has no attribute" if found is None else "has a non-function attribute"
+        raise GeneratorClassNotFoundError(
+            f"{kind} module {path!r} {what} {name!r}; its functions are "
+            f"{', '.join(functions) or 'none'}. Set {key}.name to the {kind}.")
+    return found
 
 
 def _import_package_module(where: _Where) -> ModuleType:

@@ -183,3 +183,21 @@ def test_a_curriculums_levels_are_drawn_one_line_per_family(tmp_path: Path) -> N
     plain.append("plain", verl_rows(1, start=5), lineage=round_lineage(1, 1, {}))
     assert "Nothing to draw: no generator recorded levels per family." in report_html(
         plain, "plain")
+
+
+def test_each_rounds_pass_rates_and_band_are_drawn(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.create("graded", verl_rows(2))
+    stages = [{"samples": 4, "keep": [0.25, 0.75], "histogram": [3, 1, 0, 2, 5]},
+              {"samples": 8, "keep": [0.125, 0.875], "histogram": [1, 0, 0, 0, 2, 0, 0, 0, 4]},
+              {"samples": 4, "keep": [0.25], "histogram": [1, 2]}]  # unsound: not drawn
+    for i, stage in enumerate(stages):
+        store.append("graded", verl_rows(1, start=10 + i),
+                     lineage=round_lineage(i + 1, 1, {"too_easy": 1}, solve_rate=stage))
+    history = history_of(store.history("graded"))
+    points = [r.solve_rate for r in history.rounds]
+    assert points[0] is not None and points[0].histogram == (3, 1, 0, 2, 5)
+    assert points[1] is not None and points[1].keep == (0.125, 0.875) and points[2] is None
+    page = report_html(store, "graded")
+    assert charts_in(page) == ["rows", "counts", "metrics", "state", "solve_rate", "timings"]
+    assert "Pass rates against the policy" in page

@@ -58,7 +58,12 @@ def check_list(full: str, tp: Any, item: Any, source: str) -> None:
     if not isinstance(item, list):
         raise type_error(full, type_words(tp), item, source)
     of_text = typing.get_args(tp) == (str,)
+    of_numbers = typing.get_args(tp) == (float,)
     for index, entry in enumerate(item):
+        if of_numbers:
+            if isinstance(entry, bool) or not isinstance(entry, (int, float, str)):
+                raise type_error(f"{full}[{index}]", "a number", entry, source)
+            continue
         if of_text and not isinstance(entry, str):
             raise type_error(f"{full}[{index}]", "a string", entry, source)
         if not of_text and not isinstance(entry, Mapping):
@@ -180,6 +185,7 @@ def check_ranges(cfg: DictConfig) -> None:
                     f"{describe(value)}. Give each filter a path (file or pkg://module) "
                     "and a class name, e.g. {path: pkg://my_filters, name: MyFilter}."
                 )
+    check_solve_rate(cfg.round.solve_rate)
     near = cfg.round.near_duplicate
     if near.num_perm % near.bands:
         raise ConfigError(
@@ -194,3 +200,38 @@ def check_ranges(cfg: DictConfig) -> None:
                 f"{describe(runner[key])} with kind {runner.kind!r}. Set "
                 f"round.task_runner.kind=ray, or remove round.task_runner.{key}."
             )
+
+
+def check_solve_rate(sr: DictConfig) -> None:
+    """round.solve_rate: a band inside [0, 1], whole samples, and a policy when enabled."""
+    key = "round.solve_rate"
+    for name, ok, expected, example in (
+            ("samples", lambda v: v >= 1, "an integer >= 1", "samples=8"),
+            ("temperature", lambda v: v >= 0, "a number >= 0", "temperature=1.0"),
+            ("max_tokens", lambda v: v >= 1, "an integer >= 1", "max_tokens=512"),
+            ("max_concurrency", lambda v: v >= 1, "an integer >= 1", "max_concurrency=16"),
+            ("max_retries", lambda v: v >= 0, "an integer >= 0", "max_retries=3"),
+            ("request_timeout_seconds", lambda v: v is None or v > 0,
+             "null or a number of seconds > 0", "request_timeout_seconds=120")):
+        if not ok(sr[name]):
+            raise ConfigError(f"{key}.{name}: expected {expected}, found {describe(sr[name])}. "
+                              f"Set it, e.g. {key}.{example}.")
+    band = list(sr.keep)
+    if len(band) != 2 or not 0 <= float(band[0]) <= float(band[1]) <= 1:
+        raise ConfigError(
+            f"{key}.keep: expected [low, high] with 0 <= low <= high <= 1 (the pass rates "
+            f"kept, both ends included), found {describe(band)}. Set it, e.g. "
+            f"{key}.keep=[0.125,0.875].")
+    if sr.reward.path is not None and not non_empty(sr.reward.path):
+        raise ConfigError(f"{key}.reward.path: expected null (dyngen's own reward for its "
+                          f"generators' rows) or a .py file or pkg://module, found "
+                          f"{describe(sr.reward.path)}.")
+    if not non_empty(sr.reward.name):
+        raise ConfigError(f"{key}.reward.name: expected the reward function's name, found "
+                          f"{describe(sr.reward.name)}. Set {key}.reward.name=compute_score.")
+    if sr.enabled and not sr.endpoint and not sr.model_path:
+        raise ConfigError(
+            f"{key}.enabled is true but no policy is named: expected {key}.endpoint (the "
+            f"policy's OpenAI-compatible base URL, e.g. http://policy-host:8000/v1) or "
+            f"{key}.model_path (an in-process model), found neither. Set one, or "
+            f"{key}.enabled=false.")

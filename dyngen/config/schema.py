@@ -92,6 +92,39 @@ class NearDuplicateConfig:
 
 
 @dataclass
+class RewardFunctionConfig:
+    """A reward function in verl's ``custom_reward_function`` form; no path: dyngen's own
+    for its generators' data sources (dyngen.filters.solve_rate.rewards)."""
+
+    path: str | None = None  # a .py file, file://... or pkg://module
+    name: str = "compute_score"
+
+
+@dataclass
+class SolveRateConfig:
+    """Keep a new row only if the live policy solves it sometimes: `samples` completions
+    graded by a verl-form reward, pass rate inside `keep` (see dyngen.filters.solve_rate)."""
+
+    enabled: bool = False
+    # The policy: a served OpenAI-compatible endpoint, or an in-process model (dyngen.llm).
+    endpoint: str | None = None
+    model_name: str | None = None
+    api_key_env: str | None = None  # the NAME of the variable holding the key, never the key
+    model_path: str | None = None
+    gguf_file: str | None = None
+    samples: int = 8
+    keep: list[float] = field(default_factory=lambda: [0.125, 0.875])  # inclusive band
+    temperature: float = 1.0
+    max_tokens: int = 512
+    pass_threshold: float = 1.0  # a completion passes when its score is at least this
+    reward: RewardFunctionConfig = field(default_factory=RewardFunctionConfig)
+    max_concurrency: int = 16
+    max_retries: int = 3
+    request_timeout_seconds: float | None = None
+    seed: int = 0
+
+
+@dataclass
 class RoundConfig:
     """How a generation round runs: retries, timeout, dedup and near-duplicates, user
     filters, partitions and compaction."""
@@ -101,6 +134,8 @@ class RoundConfig:
     timeout_seconds: float = 600.0
     dedup: bool = True
     near_duplicate: NearDuplicateConfig = field(default_factory=NearDuplicateConfig)
+    # The expensive stage: after every other filter, on what they kept.
+    solve_rate: SolveRateConfig = field(default_factory=SolveRateConfig)
     # Each entry is {path, name, ...}: located like a generator, extra keys go to the filter.
     filters: list[dict[str, Any]] = field(default_factory=list)
     # Generation split into this many partitions, each a generate task on the task runner.

@@ -1,5 +1,5 @@
 """Row filters for generated rows: schema → over-long prompt → duplicate → near-duplicate →
-user filters.
+user filters → (when round.solve_rate is on) the policy's solve rate.
 
 `base` holds the contract (`RowFilter`: `check` answers keep or drop per row) and its
 runner; one module per built-in filter; `chain` builds the round's filters from the
@@ -18,6 +18,7 @@ from dyngen.filters.duplicate import DuplicateFilter
 from dyngen.filters.near_duplicate import NearDuplicateFilter
 from dyngen.filters.overlong import OverlongPromptFilter
 from dyngen.filters.schema import SchemaFilter
+from dyngen.filters.solve_rate import SolveRateFilter
 from dyngen.rows import Row, RowBatch, column_of
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "RowBatch",
     "RowFilter",
     "SchemaFilter",
+    "SolveRateFilter",
     "Verdict",
     "column_of",
     "row_to_json",

@@ -1,4 +1,5 @@
-"""The generation round: load → generate → filter → concat → version, one flow run each.
+"""The generation round: load → generate → filter (→ solve rate) → concat → version, one flow
+run each.
 
 A round commits exactly one new dataset version, or nothing. A trigger (the batch-end
 event) carries an idempotency key, so a retried or re-delivered round lands once. After
@@ -36,6 +37,7 @@ from dyngen.tasks.concat import concat_rows
 from dyngen.tasks.filter import filter_generated
 from dyngen.tasks.load import load_dataset
 from dyngen.tasks.partitions import generate_all
+from dyngen.tasks.solve_rate import solve_rate_stage
 from dyngen.tasks.version import commit_version, lineage_published, publish_lineage
 
 # The history artifact shows the newest versions (`dyngen log --all` shows all): a round
@@ -72,9 +74,13 @@ def generation_round(
             rows, generator, fanned_out = generate_all(cfg, data, context)
         with _timed(timings, "filter"):
             outcome = filter_generated(cfg, parent, rows)
+        solve_rate = None
+        if cfg.round.solve_rate.enabled:  # the expensive stage, on what the filters kept
+            with _timed(timings, "solve_rate"):
+                outcome, solve_rate = solve_rate_stage(cfg, outcome, context)
         lineage = round_lineage(context, generator, len(rows), outcome, timings,
                                 run_id=flow_run.id, run_name=flow_run.name,
-                                partitions=fanned_out)
+                                partitions=fanned_out, solve_rate=solve_rate)
         pending = concat_rows(where, context, outcome, generator["name"], lineage.to_dict(),
                               index_params(cfg))
         record = commit_version(where, pending)

@@ -52,6 +52,7 @@ class ChatResult:
     error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    model: str = ""  # the model the server says answered (a served reply's `model`), if any
 
     @property
     def ok(self) -> bool:
@@ -131,6 +132,8 @@ def model_settings(settings: Mapping[str, Any], role: str = "proposer") -> dict[
     The solver uses its `solver_*` keys when any is set, else the proposer's model.
     """
     base = {k: settings.get(k, v) for k, v in MODEL_DEFAULTS.items()}
+    if settings.get("config_section"):  # where the keys live, for messages (data.datagen)
+        base["config_section"] = settings["config_section"]
     if role == "proposer":
         return base
     if role != "solver":

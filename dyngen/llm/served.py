@@ -60,17 +60,17 @@ _N_IN_ONE_REQUEST: dict[tuple[str, str], bool] = {}
 T = TypeVar("T")
 
 
-def base_url(endpoint: Any) -> str:
+def base_url(endpoint: Any, section: str = "data.datagen") -> str:
     """The endpoint as the client takes it (http(s), a host, no credentials), or a ConfigError."""
     text = str(endpoint).strip()
     parts = urlsplit(text)
     if parts.username or parts.password:  # never echo it: the URL holds a secret
         raise ConfigError(
-            "data.datagen.endpoint: expected a base URL without credentials; found one with a "
+            f"{section}.endpoint: expected a base URL without credentials; found one with a "
             "user or password in it (not shown). Put the key in an environment variable and "
-            "name it in data.datagen.api_key_env.")
+            f"name it in {section}.api_key_env.")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"data.datagen.endpoint: expected an http(s) base URL ending in /v1 "
+        raise ConfigError(f"{section}.endpoint: expected an http(s) base URL ending in /v1 "
                           f"(e.g. http://gpu-host:8000/v1); found {text!r}.")
     return text.rstrip("/")
 
@@ -83,19 +83,19 @@ def endpoint_address(url: str) -> str:
     return f"{parts.scheme}://{host}:{port}"
 
 
-def api_key(name: Any) -> str | None:
+def api_key(name: Any, section: str = "data.datagen") -> str | None:
     """The key held by the environment variable `name` (None without one), else a ConfigError."""
     if name is None or name == "":
         return None
     if not _ENV_NAME.match(str(name)):
         raise ConfigError(
-            "data.datagen.api_key_env: expected the NAME of an environment variable (letters, "
+            f"{section}.api_key_env: expected the NAME of an environment variable (letters, "
             "digits and _), found a value that is not one (not shown: it may be a key). Put "
             "the key in a variable (export MY_LLM_KEY=...) and set api_key_env: MY_LLM_KEY.")
     value = os.environ.get(str(name))
     if not value:
         raise ConfigError(
-            f"data.datagen.api_key_env is {name}, but the environment variable {name} is not "
+            f"{section}.api_key_env is {name}, but the environment variable {name} is not "
             "set (or empty) where this round runs. Set it in the environment of every process "
             "that runs rounds or partitions (a worker, `dyngen serve`, each Ray node).")
     return value
@@ -111,6 +111,7 @@ class _Answer:
     texts: tuple[str, ...]
     prompt_tokens: int
     completion_tokens: int
+    model: str = ""
 
 
 class _Failed(Exception):
@@ -129,12 +130,14 @@ class ServedChatModel(ChatModel):
     def __init__(self, cfg: dict[str, Any]) -> None:
         cfg = {**MODEL_DEFAULTS, **cfg}  # a partial dict (not through chat_model) works too
         self.cfg = cfg
-        self.url = base_url(cfg.get("endpoint"))
+        # Which config section named this model, for messages ("round.solve_rate").
+        self.section = str(cfg.get("config_section") or "data.datagen")
+        self.url = base_url(cfg.get("endpoint"), self.section)
         self.concurrency = _whole(cfg, "max_concurrency", 1)
         self.max_retries = _whole(cfg, "max_retries", 0)
-        self.timeout = _seconds(cfg.get("request_timeout_seconds"))
+        self.timeout = _seconds(cfg.get("request_timeout_seconds"), self.section)
         self.key_env = cfg.get("api_key_env") or None
-        key = api_key(self.key_env)
+        key = api_key(self.key_env, self.section)
         self._openai = _import_openai()
         self.name = str(cfg.get("model_name") or "")
         self.usage = ModelUsage(backend=self.backend, model=self.name,
@@ -212,8 +215,8 @@ class ServedChatModel(ChatModel):
         except o.APIConnectionError as exc:
             raise ModelUnavailableError(
                 f"the model endpoint {self.url} is unreachable ({_why(exc)}). Start the server, "
-                "or fix data.datagen.endpoint (an OpenAI-compatible base URL ending in /v1, e.g. "
-                "http://gpu-host:8000/v1).") from None
+                f"or fix {self.section}.endpoint (an OpenAI-compatible base URL ending in /v1, "
+                "e.g. http://gpu-host:8000/v1).") from None
         except o.APIStatusError as exc:
             raise self._status_error(exc) from None
         if not self.name:
@@ -221,7 +224,7 @@ class ServedChatModel(ChatModel):
                 hint = ("" if self.url.endswith("/v1") else " Is the base URL right? An "
                         "OpenAI-compatible one usually ends in /v1.")
                 raise ModelError(f"the model endpoint {self.url} lists no model (GET /models); "
-                                 f"set data.datagen.model_name to the model to ask.{hint}")
+                                 f"set {self.section}.model_name to the model to ask.{hint}")
             self.name = self.usage.model = str(ids[0])
         self._ready = True
 
@@ -229,7 +232,7 @@ class ServedChatModel(ChatModel):
         code = exc.status_code
         if code in (401, 403):
             held = (f"the key in ${self.key_env}" if self.key_env else
-                    "no key (set data.datagen.api_key_env to the NAME of the environment "
+                    f"no key (set {self.section}.api_key_env to the NAME of the environment "
                     "variable that holds one)")
             return ModelError(f"the model endpoint {self.url} refused {held} (HTTP {code}).")
         cls = ModelUnavailableError if code == 429 or code >= 500 else ModelError
@@ -279,9 +282,10 @@ class ServedChatModel(ChatModel):
                 return more
             return ChatResult(tuple(texts) + more.texts, None,
                               sum(a.prompt_tokens for a in answers) + more.prompt_tokens,
-                              sum(a.completion_tokens for a in answers) + more.completion_tokens)
+                              sum(a.completion_tokens for a in answers) + more.completion_tokens,
+                              _answered_by(answers) or more.model)
         return ChatResult(tuple(texts[:req.n]), None, sum(a.prompt_tokens for a in answers),
-                          sum(a.completion_tokens for a in answers))
+                          sum(a.completion_tokens for a in answers), _answered_by(answers))
 
     async def _call(self, req: ChatRequest, n: int, seed: int | None) -> _Answer:
         """One HTTP request, retried on what may pass; raises _Failed when it is given up."""
@@ -306,7 +310,8 @@ class ServedChatModel(ChatModel):
                     choices = sorted(reply.choices, key=lambda c: c.index)
                     return _Answer(tuple(c.message.content or "" for c in choices),
                                    usage.prompt_tokens if usage else 0,
-                                   usage.completion_tokens if usage else 0)
+                                   usage.completion_tokens if usage else 0,
+                                   str(getattr(reply, "model", "") or ""))
                 except o.APITimeoutError as exc:
                     kind, detail = "timeout", f"no answer within {params['timeout']:g} s ({exc})"
                 except o.APIConnectionError as exc:
@@ -338,16 +343,22 @@ class ServedChatModel(ChatModel):
                   f"the round stops and commits nothing. First: {failed[0].error}")
 
 
+def _answered_by(answers: Sequence[_Answer]) -> str:
+    """The model the server named in its replies (the first that named one)."""
+    return next((a.model for a in answers if a.model), "")
+
+
 def _whole(cfg: dict[str, Any], key: str, least: int) -> int:
     value = cfg.get(key)
     whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
     if isinstance(value, bool) or not whole or value < least:
-        raise ConfigError(f"data.datagen.{key}: expected a whole number >= {least}; "
+        section = cfg.get("config_section") or "data.datagen"
+        raise ConfigError(f"{section}.{key}: expected a whole number >= {least}; "
                           f"found {value!r}.")
     return int(value)
 
 
-def _seconds(value: Any) -> float | None:
+def _seconds(value: Any, section: str = "data.datagen") -> float | None:
     """request_timeout_seconds: a number > 0, or None (sized to each request's max_tokens)."""
     if value is None:
         return None
@@ -356,7 +367,7 @@ def _seconds(value: Any) -> float | None:
     except (TypeError, ValueError):
         seconds = -1.0
     if isinstance(value, bool) or not seconds > 0:
-        raise ConfigError("data.datagen.request_timeout_seconds: expected a number of seconds "
+        raise ConfigError(f"{section}.request_timeout_seconds: expected a number of seconds "
                           f"> 0 (or null: sized to max_tokens); found {value!r}.")
     return seconds
 

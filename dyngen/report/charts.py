@@ -134,6 +134,39 @@ def timings_chart(history: History) -> str | None:
     return _svg(fig, f"{history.dataset}-timings")
 
 
+def solve_rate_chart(history: History) -> str | None:
+    """Each round's pass rates against the policy (a dot per rate, its area the rows at it),
+    and the band's cuts; the newest MAX_BARS rounds that measured one."""
+    rounds = [r for r in history.rounds if r.solve_rate is not None][-MAX_BARS:]
+    if not rounds:
+        return None
+    fig, ax = _figure(3.2)
+    most = max(max(r.solve_rate.histogram) for r in rounds if r.solve_rate) or 1
+    for inside, color, label in ((True, KEPT_COLOR, "inside the band (kept)"),
+                                 (False, REASON_COLORS[0], "outside (too easy / too hard)")):
+        xs, ys, sizes = [], [], []
+        for r in rounds:
+            sr = r.solve_rate
+            assert sr is not None
+            for k, count in enumerate(sr.histogram):
+                rate = k / sr.samples
+                if count and (sr.keep[0] <= rate <= sr.keep[1]) == inside:
+                    xs.append(r.version)
+                    ys.append(rate)
+                    sizes.append(12 + 240 * count / most)
+        if xs:
+            ax.scatter(xs, ys, s=sizes, color=color, alpha=0.6, label=label)
+    versions = [r.version for r in rounds]
+    for end in (0, 1):
+        cut = [r.solve_rate.keep[end] for r in rounds if r.solve_rate]
+        ax.step(versions, cut, where="mid", color="#57606a", linestyle="--", linewidth=1,
+                label="the band's cuts" if end == 0 else None)
+    ax.set_ylim(-0.05, 1.05)
+    _legend_above(fig, 3)
+    _labels(ax, "version", "pass rate of the policy")
+    return _svg(fig, f"{history.dataset}-solve-rate")
+
+
 # ---- helpers ---------------------------------------------------------------------------
 def _figure(height: float, rows: int = 1, cols: int = 1) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(WIDTH_INCHES, height), layout="constrained")

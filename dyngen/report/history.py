@@ -33,6 +33,16 @@ class RoundPoint:
     generator: str
     # A curriculum's level per task family (its state's `levels`, e.g. ReasoningGymCurriculum).
     levels: dict[str, float] = field(default_factory=dict)
+    solve_rate: SolveRatePoint | None = None  # the round's solve-rate stage, when it ran
+
+
+@dataclass(frozen=True)
+class SolveRatePoint:
+    """A round's measured pass counts (entry k: rows that passed k of `samples`), and its band."""
+
+    samples: int
+    histogram: tuple[int, ...]
+    keep: tuple[float, float]
 
 
 @dataclass
@@ -118,7 +128,19 @@ def round_point(rec: VersionRecord) -> RoundPoint | None:
         timings=numbers(_mapping(lineage.get("timings"))),
         generator=str(generator.get("name") or generator.get("class") or ""),
         levels={k: v for k, v in numbers(_mapping(state.get("levels"))).items() if "." not in k},
+        solve_rate=solve_rate_point(lineage.get("solve_rate")),
     )
+
+
+def solve_rate_point(stage: Any) -> SolveRatePoint | None:
+    """The pass-count histogram and band a round's `solve_rate` lineage holds, if sound."""
+    stage = _mapping(stage)
+    samples, hist, keep = stage.get("samples"), stage.get("histogram"), stage.get("keep")
+    if not (isinstance(samples, int) and samples >= 1 and isinstance(hist, list)
+            and len(hist) == samples + 1 and all(_is_number(h) for h in hist)
+            and isinstance(keep, list) and len(keep) == 2 and all(_is_number(k) for k in keep)):
+        return None
+    return SolveRatePoint(samples, tuple(int(h) for h in hist), (float(keep[0]), float(keep[1])))
 
 
 def numbers(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

@@ -48,6 +48,10 @@ SECTIONS = (
     ("levels", "Curriculum levels by task family", charts.levels_chart,
      "Each task family's level (the generator state's `levels`, e.g. ReasoningGymCurriculum's "
      "reasoning-gym families) after each round.", "no generator recorded levels per family"),
+    ("solve_rate", "Pass rates against the policy", charts.solve_rate_chart,
+     "Each round's candidates by the policy's pass rate (dot area: rows at that rate), and "
+     "the band round.solve_rate kept (dashed); outside it rows went as too_easy / too_hard.",
+     "no round measured a solve rate"),
     ("timings", "Stage timings", charts.timings_chart,
      "Seconds each round spent per stage.", "no round recorded timings"),
 )

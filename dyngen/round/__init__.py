@@ -22,6 +22,7 @@ from dyngen.config import config_hash, load_config
 from dyngen.config.secrets import refuse_redacted
 from dyngen.filters.chain import build_filters, filter_rows
 from dyngen.filters.overlong import load_tokenizer
+from dyngen.filters.solve_rate import check_before_round
 from dyngen.plugins import qualified_name
 from dyngen.round.context import RoundContext, Trigger
 from dyngen.round.rollouts import RolloutsPolicy
@@ -47,6 +48,7 @@ def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
     refuse_redacted(cfg)
     trig = Trigger.parse(trigger)
     rollouts = RolloutsPolicy.from_config(cfg)
+    check_before_round(cfg)  # a solve-rate reward that cannot load, a key not set
     if trig.rollouts is not None:
         rollouts.check(trig.rollouts)
     return cfg, trig, rollouts

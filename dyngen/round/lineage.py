@@ -46,6 +46,7 @@ class RoundLineage:
     flow_run_name: str | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     partitions: dict[str, Any] | None = None  # the fan-out, when the round had one
+    solve_rate: dict[str, Any] | None = None  # the solve-rate stage, when it ran
 
     def to_dict(self) -> dict[str, Any]:
         """The lineage as the version record stores it (plain JSON data)."""
@@ -57,19 +58,23 @@ class RoundLineage:
                "flow_run_name": self.flow_run_name, "timings": dict(self.timings)}
         if self.partitions:
             out["partitions"] = self.partitions
+        if self.solve_rate:
+            out["solve_rate"] = self.solve_rate
         return out
 
 
 def round_lineage(context: RoundContext, generator: dict[str, Any], generated: int,
                   outcome: FilterOutcome, timings: Mapping[str, float], *,
                   run_id: Any = None, run_name: str | None = None,
-                  partitions: dict[str, Any] | None = None) -> RoundLineage:
+                  partitions: dict[str, Any] | None = None,
+                  solve_rate: dict[str, Any] | None = None) -> RoundLineage:
     """The lineage of the round `context` describes, from what its stages returned."""
     counts = RoundCounts(generated=generated, kept=len(outcome.kept),
                          rejected=outcome.rejected_by_reason)
     return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
                         counts=counts, flow_run_id=str(run_id) if run_id else None,
-                        flow_run_name=run_name, timings=dict(timings), partitions=partitions)
+                        flow_run_name=run_name, timings=dict(timings), partitions=partitions,
+                        solve_rate=solve_rate)
 
 
 # ---- the round's log line ---------------------------------------------------------------
@@ -107,6 +112,15 @@ def round_markdown(rec: VersionRecord) -> str:
         f"| idempotency key | {rec.idempotency_key or '-'} |",
         f"| timings (s) | {timings} |",
     ]
+    solve = as_dict(lin.get("solve_rate"))
+    if solve:
+        keep = solve.get("keep") or ["?", "?"]
+        lines.append(
+            f"| solve rate | {solve.get('graded', 0)} graded × {solve.get('samples', '?')} "
+            f"samples by `{solve.get('model') or '-'}` at {solve.get('endpoint') or '-'}, band "
+            f"[{keep[0]}, {keep[-1]}]: kept {solve.get('kept', 0)}, too_easy "
+            f"{solve.get('too_easy', 0)}, too_hard {solve.get('too_hard', 0)}, model_error "
+            f"{solve.get('model_error', 0)}; pass counts {solve.get('histogram', [])} |")
     return "\n".join(lines) + "\n"
 
 
