@@ -144,6 +144,24 @@ def test_dyngens_own_rewards_by_data_source() -> None:
         "pkg://dyngen.generators.reasoning_gym.reward", "compute_score")
 
 
+def test_reasoning_gym_rows_are_graded_by_their_familys_scorer() -> None:
+    """The curriculum's rows (issue 34) need no reward configured: a right answer passes and a
+    wrong one does not, through the stage's own choice of reward."""
+    from dyngen.generators.reasoning_gym import ReasoningGymCurriculum
+
+    rows = ReasoningGymCurriculum({"tasks": ["chain_sum"], "rows_per_round": 2}).generate(
+        __import__("datasets").Dataset.from_list([verl_row(0)]))
+    chooser = RewardChooser()
+    for row in (rows.to_list() if hasattr(rows, "to_list") else rows):
+        reward = chooser.for_source(row["data_source"], row)
+        truth = row["reward_model"]["ground_truth"]
+        args = (row["data_source"], None, row["extra_info"])
+        assert score_of(reward.function(args[0], f"<answer>{truth}</answer>", truth, args[2]),
+                        reward.label) == 1.0
+        assert score_of(reward.function(args[0], f"<answer>9{truth}</answer>", truth, args[2]),
+                        reward.label) < 1.0
+
+
 def test_an_unknown_data_source_is_refused_naming_it_and_the_key() -> None:
     with pytest.raises(ConfigError) as err:
         RewardChooser().check([verl_row(0, source="dyngen-arithmetic"),
