@@ -34,13 +34,13 @@ from dyngen.cli.trainers import emit_command, follow_command
 from dyngen.errors import ConfigError, DatasetNotFoundError, DyngenError
 from dyngen.locations import ROOT_ENV
 from dyngen.progress import progress_bar
-from dyngen.round.lineage import history_table, log_tables, short
-from dyngen.store import gc, verify
-from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
-from dyngen.text import clip, parse_json, prompt_text
+from dyngen.text import clip, closest, did_you_mean, parse_json, prompt_text
 
+# Nothing here imports Prefect, datasets or the store at start-up: `dyngen --help` prints
+# at once, and each command imports what it uses.
 __all__ = ["app", "history_table", "main"]
 
+DEBUG_ENV = "DYNGEN_DEBUG"
 EXIT_PROBLEMS = 1
 EXIT_USER_ERROR = 2
 EXIT_UNEXPECTED = 3
@@ -49,7 +49,18 @@ _TYPER_FLOW = (typer.Exit, typer.Abort, typer.TyperException)
 
 
 class _Group(TyperGroup):
-    """Runs every command inside the one error handler that maps exceptions to exit codes."""
+    """Runs every command inside the one error handler that maps exceptions to exit codes;
+    takes the global options after the command too, and suggests a misspelt command."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(self, ctx, list(args)))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            ctx.fail(f"No such command {name!r}.{did_you_mean(name, self.list_commands(ctx))}"
+                     " `dyngen --help` lists them.")
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -61,7 +72,8 @@ class _Group(TyperGroup):
             _silence_stdout()
             raise typer.Exit(0) from None
         except (DyngenError, OSError) as exc:
-            _fail(ctx, _describe(exc), EXIT_USER_ERROR, hint=_root_hint(ctx, exc))
+            _fail(ctx, _describe(exc), getattr(exc, "exit_code", EXIT_USER_ERROR),
+                  hint=_root_hint(ctx, exc))
         except Exception as exc:
             status = getattr(getattr(exc, "response", None), "status_code", None)
             if status in (401, 403):  # a Prefect server with basic auth (README: Security)
@@ -88,9 +100,69 @@ def _describe(exc: BaseException) -> str:
 
 
 def _root_hint(ctx: Any, exc: BaseException) -> str | None:
+    if not isinstance(exc, DatasetNotFoundError):
+        return None
     state = ctx.obj
-    if isinstance(exc, DatasetNotFoundError) and isinstance(state, State) and state._store:
-        return f"store root is {state._store.root} (set it with --root or ${ROOT_ENV})"
+    store = getattr(exc, "store", None) or (state._store if isinstance(state, State) else None)
+    if store is None:
+        return None
+    near = _near_dataset(store, getattr(exc, "dataset", None))
+    return f"{near}store root is {store.root} (set it with --root or ${ROOT_ENV})"
+
+
+def _near_dataset(store: Any, name: str | None) -> str:
+    """"did you mean 'x'? " when a dataset under the root has a name like the missing one."""
+    if not name:
+        return ""
+    try:
+        near = closest(name, store.list_datasets())
+    except (DyngenError, OSError):
+        return ""
+    return f"did you mean {near!r}? (`dyngen log {near}`); " if near else ""
+
+
+# Options of the app itself (the callback's), and whether each takes a value.
+GLOBAL_OPTIONS = {"--root": True, "--config": True, "--debug": False}
+
+
+def hoist_global_options(group: Any, ctx: Any, args: list[str]) -> list[str]:
+    """`dyngen log ds --root DIR` as `dyngen --root DIR log ds`: global options typed after
+    the command move before it, unless that command has an option of the same name."""
+    start = _command_index(group, ctx, args)
+    if start is None:
+        return args
+    command = group.get_command(ctx, args[start])
+    own = {opt for param in getattr(command, "params", []) for opt in param.opts}
+    head, rest, moved = args[: start + 1], args[start + 1:], []
+    kept: list[str] = []
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token == "--":
+            kept.extend(rest[i:])
+            break
+        option, sep, _ = token.partition("=")
+        if option in GLOBAL_OPTIONS and option not in own:
+            takes_value = GLOBAL_OPTIONS[option] and not sep
+            moved.extend(rest[i:i + 2] if takes_value else [token])
+            i += 2 if takes_value else 1
+            continue
+        kept.append(token)
+        i += 1
+    return head[:start] + moved + head[start:] + kept
+
+
+def _command_index(group: Any, ctx: Any, args: list[str]) -> int | None:
+    """Where the command's name is in `args` (after the global options and their values)."""
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            return None
+        if token.startswith("-"):
+            i += 2 if GLOBAL_OPTIONS.get(token.partition("=")[0]) and "=" not in token else 1
+            continue
+        return i if group.get_command(ctx, token) is not None else None
     return None
 
 
@@ -121,7 +193,9 @@ def _global(
     )] = None,
     config: Annotated[Path | None, typer.Option(
         "--config", help="OmegaConf YAML config file.")] = None,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", envvar=DEBUG_ENV,
+        help="Show tracebacks, and Prefect's log of a round, on the terminal.")] = False,
 ) -> None:
     ctx.obj = State(root=root, config_path=config, debug=debug)
 
@@ -158,6 +232,8 @@ def log(
         for entry in store.entries(name, limit=None if all_ else limit, oldest_first=True):
             typer.echo(json.dumps(entry.to_dict(), ensure_ascii=False))
         return
+    from dyngen.round.lineage import log_tables
+
     for table in log_tables(store, name, None if all_ else limit):
         state.out.print(table)
 
@@ -191,6 +267,9 @@ def show(
         state.out.print(f"{name} v{rec.version}: no {what} at offset {offset} "
                         f"(there are {len(ds)})", markup=False)
         return
+    from dyngen.round.lineage import short
+    from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
+
     prompt_key = str(state.config().data.prompt_key)
     if rejected:
         table = make_table(title, "#", "reason", "detail", "prompt")
@@ -363,6 +442,28 @@ def datasets_(ctx: typer.Context) -> None:
         add_row(table, dataset, f"v{head.version}", str(head.rows),
                  head.created_at[:19].replace("T", " "))
     state.out.print(table)
+
+
+def gc(*args: Any, **kwargs: Any) -> list[str]:
+    """`dyngen.store.gc`, imported when `dyngen gc` runs."""
+    from dyngen.store import gc as store_gc
+
+    return store_gc(*args, **kwargs)
+
+
+def verify(*args: Any, **kwargs: Any) -> list[Any]:
+    """`dyngen.store.verify`, imported when `dyngen verify` runs."""
+    from dyngen.store import verify as store_verify
+
+    return store_verify(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "history_table":  # kept importable from here, loaded on first use
+        from dyngen.round.lineage import history_table
+
+        return history_table
+    raise AttributeError(f"module 'dyngen.cli' has no attribute {name!r}")
 
 
 cli_maintenance.register(app)
