@@ -475,4 +475,15 @@ app.command("follow")(follow_command)
 
 def main() -> None:
     """Entry point of the `dyngen` console script."""
-    app()
+    from dyngen.quick_exit import exit_after_cleanup, set_exit_code
+
+    # Ctrl-C on `dyngen serve` must not wait for the interpreter to free Prefect's modules.
+    exit_after_cleanup()
+    try:
+        app()
+    except SystemExit as done:
+        set_exit_code(done.code)
+        raise
+    except BaseException:
+        set_exit_code(1)
+        raise

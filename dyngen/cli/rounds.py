@@ -8,6 +8,9 @@ from typing import Annotated
 import typer
 
 from dyngen.cli.support import Name, get_state
+from dyngen.errors import ConfigError
+
+ISOLATIONS = ("fork", "process")
 
 
 def round_(
@@ -127,12 +130,18 @@ def serve_(
 ) -> None:
     """Serve the generation round with its batch-end event trigger until interrupted."""
     from dyngen.config import round_params
-    from dyngen.flows.serve import serve_rounds
+    from dyngen.config.preflight import check_before_start
 
     state = get_state(ctx)
     # Absolute: each run starts in another folder.
     params = round_params(path=state.config_path, overrides=overrides or [], root=state.root,
                           absolute=True)
+    if isolation not in ISOLATIONS:
+        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
+    # A mistake in the config fails now, not in every round the events start.
+    check_before_start(params)
+    from dyngen.flows.serve import serve_rounds
+
     serve_rounds(dataset, params, every_n_batches,
                  isolation=isolation, poll_seconds=poll_seconds,
                  max_round_seconds=max_round_seconds)
