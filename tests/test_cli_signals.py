@@ -63,23 +63,40 @@ def session_processes(sid: int) -> list[psutil.Process]:
     return found
 
 
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `procs` still running (a zombie has ended; only its parent's wait is due)."""
+    out = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
 def interrupt_and_wait(proc: subprocess.Popen[str]) -> float:
-    """SIGINT to the process group once; seconds until no process of the session is left."""
+    """SIGINT to the process group once; seconds until none of its processes is left."""
     time.sleep(1.0)  # its polling loop is running
-    before = session_processes(proc.pid)
-    assert any(p.pid == proc.pid for p in before)
+    # Every descendant (one may have a session of its own) and the session's processes.
+    before = {p.pid: p for p in [*psutil.Process(proc.pid).children(recursive=True),
+                                 *session_processes(proc.pid)]}
     started = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     deadline = started + STOP_SECONDS
     while time.monotonic() < deadline:
         proc.poll()
-        if proc.returncode is not None and not session_processes(proc.pid):
+        if proc.returncode is not None and not alive([*before.values(),
+                                                      *session_processes(proc.pid)]):
             return time.monotonic() - started
         time.sleep(0.05)
-    left = [(p.pid, " ".join(p.cmdline())[:100]) for p in session_processes(proc.pid)]
-    os.killpg(proc.pid, signal.SIGKILL)
+    left = alive([*before.values(), *session_processes(proc.pid)])
+    described = [(p.pid, " ".join(p.cmdline())[:100]) for p in left]
+    for p in left:
+        p.kill()
+    proc.kill()
     proc.wait(10)
-    raise AssertionError(f"still running {STOP_SECONDS} s after one Ctrl-C: {left}")
+    raise AssertionError(f"still running {STOP_SECONDS} s after one Ctrl-C: {described}")
 
 
 @pytest.fixture
@@ -103,6 +120,31 @@ def test_one_ctrl_c_stops_serve_and_all_its_processes(api_url: str, tmp_path: Pa
     assert proc.returncode in (0, 130)
     assert proc.stdout is not None
     assert "Traceback" not in proc.stdout.read()
+
+
+@pytest.mark.parametrize("isolation", ["fork", "process"])
+def test_one_ctrl_c_stops_serve_with_a_round_in_flight(api_url: str, tmp_path: Path,
+                                                       isolation: str) -> None:
+    from dyngen.store import Store
+    from dyngen.trainers.events import emit_batch_end
+
+    Store(tmp_path / "store").create("ds", verl_rows(2))
+    marks = {k: tmp_path / k for k in ("started", "release", "finished")}
+    proc = start(["--root", str(tmp_path / "store"), "serve", "--dataset", "ds",
+                  "--isolation", isolation, "data.datagen.path=pkg://tests.flows.gens",
+                  "data.datagen.name=BlockUntilReleased",
+                  *(f"+data.datagen.{k}={v}" for k, v in marks.items())],
+                 {"PREFECT_API_URL": api_url})
+    wait_for_output(proc, "serving" if isolation == "fork" else "being served")
+    assert emit_batch_end("ds", step=1, api_url=api_url) is not None
+    deadline = time.monotonic() + 120
+    while not marks["started"].exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the round never started"
+        time.sleep(0.2)
+    took = interrupt_and_wait(proc)
+    print(f"serve --isolation {isolation}, a round in flight: stopped {took:.2f} s after SIGINT")
+    assert not marks["finished"].exists()  # stopped, not waited for
+    assert Store(tmp_path / "store").head("ds").version == 0  # and committed nothing
 
 
 def test_one_ctrl_c_stops_follow(tmp_path: Path) -> None:
