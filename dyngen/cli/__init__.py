@@ -41,6 +41,7 @@ from dyngen.text import clip, closest, did_you_mean, parse_json, prompt_text
 __all__ = ["app", "history_table", "main"]
 
 DEBUG_ENV = "DYNGEN_DEBUG"
+WIDE_LOG_COLUMNS = 120  # narrower terminals get `dyngen log`'s few columns (--wide: all)
 EXIT_PROBLEMS = 1
 EXIT_USER_ERROR = 2
 EXIT_UNEXPECTED = 3
@@ -224,6 +225,9 @@ def log(
     all_: Annotated[bool, typer.Option("--all", help="Every version (streamed).")] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="One record per line as stored, oldest of the shown first.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column (parent, operation, event id, flow run), however "
+                       "narrow the terminal; the default at 120 columns or more.")] = False,
 ) -> None:
     """Show the newest versions first, with each round's lineage."""
     state = get_state(ctx)
@@ -234,7 +238,8 @@ def log(
         return
     from dyngen.round.lineage import log_tables
 
-    for table in log_tables(store, name, None if all_ else limit):
+    wide = wide or state.out.width >= WIDE_LOG_COLUMNS
+    for table in log_tables(store, name, None if all_ else limit, wide=wide):
         state.out.print(table)
 
 
