@@ -159,3 +159,23 @@ def test_write_report_replaces_the_file_whole(grown: Store, tmp_path: Path) -> N
     assert write_report(grown, "grown", out) == out
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_the_rows_chart_marks_only_versions_not_made_by_appending(grown: Store) -> None:
+    """The caption says dots mark versions not made by appending: no other point has one."""
+    import matplotlib.pyplot as plt
+
+    from dyngen.report import charts
+    from dyngen.report.history import History
+
+    appends = History("grown", 7, versions=list(range(7)), rows=[8 + 2 * v for v in range(7)],
+                      operations=["create"] + ["append"] * 6)
+    with_restore = History("grown", 8, versions=list(range(8)),
+                           rows=[*appends.rows, 14], operations=[*appends.operations, "restore"])
+    for history, expected in ((appends, []), (with_restore, [(7, 14)])):
+        figure = charts.rows_figure(history)
+        points = [(x, y) for line in figure.axes[0].get_lines()
+                  if line.get_marker() not in (None, "None", "", " ")
+                  for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True)]
+        assert points == expected
+        plt.close(figure)
