@@ -46,15 +46,24 @@ def check_before_start(config: DictConfig | Mapping[str, Any] | None,
 
 
 def misspelt_location_keys(given: Mapping[str, Any]) -> dict[str, str]:
-    """Keys of data.datagen one edit away from `path` or `name`: the key each stands for."""
+    """Keys of data.datagen one edit away from `path` or `name` holding what that key holds
+    (a generator location, a class name): the key each stands for. A generator's own key
+    that happens to be spelt close (`math: 3`) is left alone."""
     out = {}
-    for key in given:
-        if key in LOCATION_KEYS or not isinstance(key, str):
+    for key, value in given.items():
+        if key in LOCATION_KEYS or not isinstance(key, str) or not isinstance(value, str):
             continue
         for location in LOCATION_KEYS:
-            if one_edit_apart(key, location):
+            if one_edit_apart(key, location) and _looks_like(location, value):
                 out[key] = location
     return out
+
+
+def _looks_like(location: str, value: str) -> bool:
+    """Whether `value` reads as a data.datagen.path (a .py file, pkg://, file://) or name."""
+    if location == "path":
+        return value.endswith(".py") or value.startswith(("pkg://", "file://"))
+    return value.isidentifier()
 
 
 def one_edit_apart(a: str, b: str) -> bool:
