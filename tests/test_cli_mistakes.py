@@ -300,3 +300,11 @@ def test_help_prints_at_once_without_importing_the_heavy_parts() -> None:
         assert done.returncode == 0 and "round" in done.stdout
     print(f"dyngen --help: {best:.2f} s CPU (import dyngen.cli: {float(out[0]):.2f} s wall)")
     assert best < 0.5, f"dyngen --help took {best:.2f} s of CPU"
+
+
+def test_a_round_of_a_misspelt_dataset_suggests_it_before_any_server(newcomer: Path) -> None:
+    done = invoke(newcomer, "round", "my-dta", "--step", "1")
+    assert done.exit_code == 2
+    message = " ".join(done.stderr.split())
+    assert "dataset 'my-dta' has no committed version" in message
+    assert "did you mean 'my-data'?" in message
