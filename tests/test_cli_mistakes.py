@@ -308,3 +308,11 @@ def test_a_round_of_a_misspelt_dataset_suggests_it_before_any_server(newcomer: P
     message = " ".join(done.stderr.split())
     assert "dataset 'my-dta' has no committed version" in message
     assert "did you mean 'my-data'?" in message
+
+
+def test_dyngen_debug_in_the_environment_shows_the_traceback(tmp_path: Path) -> None:
+    args = ["--root", str(tmp_path), "log", "nope"]
+    quiet = CliRunner(env={"DYNGEN_DEBUG": None}).invoke(app, args)
+    loud = CliRunner(env={"DYNGEN_DEBUG": "1"}).invoke(app, args)
+    assert quiet.exit_code == loud.exit_code == 2
+    assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr

@@ -119,7 +119,7 @@ def _near_dataset(store: Any, name: str | None) -> str:
         near = closest(name, store.list_datasets())
     except (DyngenError, OSError):
         return ""
-    return f"did you mean {near!r}? (`dyngen log {near}`); " if near else ""
+    return f"did you mean {near!r}? " if near else ""
 
 
 # Options of the app itself (the callback's), and whether each takes a value.
