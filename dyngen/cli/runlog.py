@@ -91,5 +91,8 @@ def round_failure(dataset: str, exc: BaseException, log: Path | None) -> RoundFa
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     why = text if isinstance(exc, DyngenError) else f"{type(exc).__name__}: {text}".rstrip(": ")
     full = f"; full log: {log}" if log is not None and log.exists() else ""
-    return RoundFailedError(f"the round of {dataset!r} failed {where}: {why} (nothing was "
-                            f"committed){full}. Rerun with --debug for the traceback.")
+    failed = RoundFailedError(f"the round of {dataset!r} failed {where}: {why} (nothing was "
+                              f"committed){full}. Rerun with --debug for the traceback.")
+    if isinstance(exc, DyngenError):  # dyngen's own refusal: a user error, as before the run
+        failed.exit_code = 2
+    return failed
