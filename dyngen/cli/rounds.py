@@ -52,7 +52,7 @@ def round_(
     counts = result["counts"]
     if not result["created"]:
         state.out.print(already_committed(name, result["version"], step, event_id),
-                        markup=False)
+                        markup=False, soft_wrap=True)
         return
     state.out.print(f"committed {name!r} version {result['version']} (parent "
                     f"{result['parent']}): {result['rows']} rows, kept {counts.get('kept')} "
