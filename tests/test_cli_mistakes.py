@@ -316,3 +316,10 @@ def test_dyngen_debug_in_the_environment_shows_the_traceback(tmp_path: Path) -> 
     loud = CliRunner(env={"DYNGEN_DEBUG": "1"}).invoke(app, args)
     assert quiet.exit_code == loud.exit_code == 2
     assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
+
+
+def test_serve_checks_its_config_before_it_starts(newcomer: Path) -> None:
+    done, cpu = run_cli(newcomer, "serve", "--dataset", "my-data",
+                        "data.datagen.path=harder_sum.py", "data.datagen.name=HarderSums")
+    assert_caught_early(done, cpu, "data.datagen.path='harder_sum.py'", "does not exist",
+                        "Did you mean harder_sums.py?")
