@@ -2,10 +2,11 @@
 
 A process that imported Prefect spends seconds (more on a loaded machine) freeing its
 modules after its last `atexit` handler: after Ctrl-C, `dyngen serve` and its fork server
-would linger that long. `exit_after_cleanup` registers a last handler that flushes the
-standard streams and logging, then ends the process with its exit code; everything
-registered after it (Prefect's own clean-up, a temporary server's stop) runs first.
-Importing this module does it: the fork server of `dyngen serve` preloads it.
+would linger that long. `exit_after_cleanup` registers a last handler that, once a
+long-running command asked for it (`exit_quickly`), flushes the standard streams and
+logging, then ends the process with its exit code; everything registered after it
+(Prefect's own clean-up, a temporary server's stop) runs first. Other commands end as
+Python ends them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ import os
 import sys
 
 _exit_code = 0
+_quickly = False
+
+
+def exit_quickly() -> None:
+    """Ask that this process end right after its clean-up (see the module's docstring)."""
+    global _quickly
+    _quickly = True
 
 
 def set_exit_code(code: object) -> None:
@@ -26,6 +34,8 @@ def set_exit_code(code: object) -> None:
 
 
 def _exit_now() -> None:
+    if not _quickly:
+        return
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):

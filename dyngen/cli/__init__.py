@@ -482,7 +482,8 @@ def main() -> None:
     """Entry point of the `dyngen` console script."""
     from dyngen.quick_exit import exit_after_cleanup, set_exit_code
 
-    # Ctrl-C on `dyngen serve` must not wait for the interpreter to free Prefect's modules.
+    # Ctrl-C on `dyngen serve` must not wait for the interpreter to free Prefect's modules
+    # (serve and follow ask for it: dyngen.quick_exit).
     exit_after_cleanup()
     try:
         app()

@@ -141,6 +141,9 @@ def serve_(
     # A mistake in the config fails now, not in every round the events start.
     check_before_start(params)
     from dyngen.flows.serve import serve_rounds
+    from dyngen.quick_exit import exit_quickly
+
+    exit_quickly()  # after Ctrl-C, gone at once (in the `dyngen` process; see main)
 
     serve_rounds(dataset, params, every_n_batches,
                  isolation=isolation, poll_seconds=poll_seconds,

@@ -4,6 +4,7 @@ Its children (the rounds) leave through `os._exit` as multiprocessing makes them
 only shortens the fork server's own exit (see dyngen.quick_exit).
 """
 
-from dyngen.quick_exit import exit_after_cleanup
+from dyngen.quick_exit import exit_after_cleanup, exit_quickly
 
+exit_quickly()
 exit_after_cleanup()
