@@ -95,7 +95,7 @@ def test_the_commands_defaults_are_the_stores() -> None:
     from dyngen.store.retention import DEFAULT_GRACE_SECONDS
 
     policy = CompactionPolicy()
-    assert maintenance.MAX_SMALL_SHARDS == policy.max_small_shards
-    assert maintenance.FAN_IN == policy.fan_in
-    assert maintenance.TARGET_MB * 2**20 == policy.target_bytes
+    assert policy.max_small_shards == maintenance.MAX_SMALL_SHARDS
+    assert policy.fan_in == maintenance.FAN_IN
+    assert policy.target_bytes == maintenance.TARGET_MB * 2**20
     assert maintenance.DEFAULT_GRACE_SECONDS == DEFAULT_GRACE_SECONDS
