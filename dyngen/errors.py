@@ -28,6 +28,8 @@ class StoreError(DyngenError):
 class DatasetNotFoundError(StoreError, LookupError):
     """The dataset has no committed version under the store root."""
 
+    dataset: str | None = None  # the name asked for, to suggest a close one
+
 
 class DatasetExistsError(StoreError):
     """A dataset with this name already has a version 0."""

@@ -28,6 +28,7 @@ from dyngen.errors import (
     GeneratorNotFoundError,
     GeneratorTypeError,
 )
+from dyngen.text import closest, did_you_mean
 
 PKG_PREFIX = "pkg://"
 FILE_PREFIX = "file://"
@@ -77,10 +78,12 @@ def load_class(
     else:
         module = _import_file_module(where)
     if not hasattr(module, name):
+        classes = _candidates(module, base)
+        found = f"Its {kind} classes are: {', '.join(map(repr, classes))}." if classes \
+            else f"It defines no subclass of {qualified_name(base)}."
         raise GeneratorClassNotFoundError(
-            f"{kind} module {path!r} has no attribute {name!r}. "
-            f"{_candidates_hint(module, base, kind)} "
-            f"Set {key}.name to one of its {kind} classes."
+            f"{kind} module {path!r} has no attribute {name!r}. {found} "
+            f"Set {key}.name to one of its {kind} classes.{did_you_mean(name, classes)}"
         )
     return _check_class(getattr(module, name), base, where)
 
@@ -166,6 +169,7 @@ def _import_file_module(where: _Where) -> ModuleType:
         raise GeneratorNotFoundError(
             f"{where.kind} file for class {where.name!r} not found: {key}.path={path!r} "
             f"resolves to {str(file)!r}, which {found}. Set {key}.path to {PATH_FORMS}."
+            f"{_near_file(file, raw)}"
         )
     module_name = module_name_for(file)
     spec = importlib.util.spec_from_file_location(module_name, file)
@@ -186,6 +190,17 @@ def _import_file_module(where: _Where) -> ModuleType:
     return module
 
 
+def _near_file(file: Path, raw: str) -> str:
+    """" Did you mean x.py?" for a .py file beside the missing one with a name like it."""
+    try:
+        names = sorted(p.name for p in file.parent.glob("*.py"))
+    except OSError:
+        return ""
+    near = closest(file.name, names)
+    # Written as the user wrote the path: their folder part, the close file name.
+    return f" Did you mean {raw[: len(raw) - len(Path(raw).name)]}{near}?" if near else ""
+
+
 def module_name_for(file: Path) -> str:
     """Return a module name that is stable per absolute path and readable in tracebacks."""
     digest = hashlib.sha256(str(file).encode()).hexdigest()[:12]
@@ -201,9 +216,9 @@ def _import_failed(where: _Where, exc: Exception) -> GeneratorImportError:
     )
 
 
-def _candidates_hint(module: ModuleType, base: type, kind: str) -> str:
-    """Name the concrete ``base`` subclasses a module does define, to suggest a fix."""
-    found = sorted(
+def _candidates(module: ModuleType, base: type) -> list[str]:
+    """The concrete ``base`` subclasses a module defines, to suggest a fix."""
+    return sorted(
         attr
         for attr, value in vars(module).items()
         if inspect.isclass(value)
@@ -211,9 +226,6 @@ def _candidates_hint(module: ModuleType, base: type, kind: str) -> str:
         and value is not base
         and not inspect.isabstract(value)
     )
-    if not found:
-        return f"It defines no subclass of {qualified_name(base)}."
-    return f"Its {kind} classes are: " + ", ".join(repr(attr) for attr in found) + "."
 
 
 def _check_class(obj: object, base: type[T], where: _Where) -> type[T]:

@@ -27,3 +27,20 @@ def parse_json(text: Any) -> Any:
         return json.loads(text) if isinstance(text, str) else text
     except json.JSONDecodeError:
         return text
+
+
+
+def closest(word: str, choices: Any) -> str | None:
+    """The choice most like `word`, when it is close enough to be what `word` meant."""
+    import difflib  # only on an error's path
+
+    found = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(word: str, choices: Any, quote: bool = True) -> str:
+    """" Did you mean X?" when one of `choices` is close enough to be what `word` meant."""
+    found = closest(word, choices)
+    if found is None:
+        return ""
+    return f" Did you mean {found!r}?" if quote else f" Did you mean {found}?"

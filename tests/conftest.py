@@ -22,6 +22,8 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PREFECT_API_URL", None)
 # Events queued while a test's server is down go to a throwaway outbox, never ~/.cache.
 os.environ["DYNGEN_OUTBOX"] = tempfile.mkdtemp(prefix="dyngen-outbox-")
+# `dyngen round`'s Prefect logs go to a throwaway folder, never the repository's .dyngen/.
+os.environ["DYNGEN_LOG_DIR"] = tempfile.mkdtemp(prefix="dyngen-logs-")
 
 
 @pytest.fixture(scope="session")

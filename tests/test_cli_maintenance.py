@@ -86,3 +86,16 @@ def test_help_lists_the_maintenance_commands(root: Path) -> None:
     result = run(root, "--help")
     assert result.exit_code == 0
     assert "compact" in result.stdout and "vacuum" in result.stdout
+
+
+def test_the_commands_defaults_are_the_stores() -> None:
+    """The CLI writes the defaults out (so `--help` imports no store code): keep them equal."""
+    from dyngen.cli import maintenance
+    from dyngen.store.compaction import CompactionPolicy
+    from dyngen.store.retention import DEFAULT_GRACE_SECONDS
+
+    policy = CompactionPolicy()
+    assert policy.max_small_shards == maintenance.MAX_SMALL_SHARDS
+    assert policy.fan_in == maintenance.FAN_IN
+    assert policy.target_bytes == maintenance.TARGET_MB * 2**20
+    assert maintenance.DEFAULT_GRACE_SECONDS == DEFAULT_GRACE_SECONDS

@@ -63,6 +63,8 @@ def test_demo_grows_the_dataset_through_served_rounds_and_leaves_nothing_running
         assert int(row["reward_model"]["ground_truth"]) == eval(expression)  # noqa: S307
     assert verify(store, "arith-demo") == []
     assert "Prefect UI: http://127.0.0.1:" in out.stdout
+    ui_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("Prefect UI:"))
+    assert "--keep-server" in ui_line  # beside the link that stops working when the demo ends
     assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"
 
 

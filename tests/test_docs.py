@@ -212,3 +212,24 @@ def _check_yaml(block: Block, folder: Path) -> None:
         path = folder / (block.title or "_docs_block.yaml")
         path.write_text(block.code)
         load_config(path)
+
+
+def test_the_readme_and_the_docs_have_one_quickstart() -> None:
+    """The README's quickstart and the docs' are the same run: same rows, generator, folder,
+    first round and its output (the docs page says more around them)."""
+    readme, page = DOCS.parent / "README.md", DOCS / "getting-started" / "quickstart.md"
+
+    def files(path: Path) -> dict[str, str]:
+        return {b.title: b.code for b in blocks(path) if b.title}
+
+    def lines(path: Path, start: str) -> list[str]:
+        return [ln.strip() for b in blocks(path) for ln in b.code.splitlines()
+                if ln.strip().startswith(start)]
+
+    for name in ("train.jsonl", "harder_sums.py"):
+        assert files(readme)[name] == files(page)[name], f"{name} differs"
+    assert lines(readme, "mkdir ")[-1] in lines(page, "mkdir ")
+    first_round = lines(readme, "dyngen round ")[0]
+    assert first_round == lines(page, "dyngen round ")[0]
+    assert lines(readme, "committed 'my-data' version 1")[0] == \
+        lines(page, "committed 'my-data' version 1")[0]

@@ -44,6 +44,8 @@ def test_no_server_configured_is_a_warning_not_an_error(caplog: pytest.LogCaptur
     with temporary_settings(updates={PREFECT_API_URL: None}):
         assert events.emit_batch_end("ds", 1) is None
     assert "PREFECT_API_URL is not set" in caplog.text
+    # The line to type, not only the name of the variable.
+    assert "export PREFECT_API_URL=http://127.0.0.1:4200/api" in caplog.text
 
 
 def test_payload_carries_a_trigger_the_flow_accepts() -> None:

@@ -201,3 +201,23 @@ def test_each_rounds_pass_rates_and_band_are_drawn(tmp_path: Path) -> None:
     page = report_html(store, "graded")
     assert charts_in(page) == ["rows", "counts", "metrics", "state", "solve_rate", "timings"]
     assert "Pass rates against the policy" in page
+
+
+def test_the_rows_chart_marks_only_versions_not_made_by_appending(grown: Store) -> None:
+    """The caption says dots mark versions not made by appending: no other point has one."""
+    import matplotlib.pyplot as plt
+
+    from dyngen.report import charts
+    from dyngen.report.history import History
+
+    appends = History("grown", 7, versions=list(range(7)), rows=[8 + 2 * v for v in range(7)],
+                      operations=["create"] + ["append"] * 6)
+    with_restore = History("grown", 8, versions=list(range(8)),
+                           rows=[*appends.rows, 14], operations=[*appends.operations, "restore"])
+    for history, expected in ((appends, []), (with_restore, [(7, 14)])):
+        figure = charts.rows_figure(history)
+        points = [(x, y) for line in figure.axes[0].get_lines()
+                  if line.get_marker() not in (None, "None", "", " ")
+                  for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True)]
+        assert points == expected
+        plt.close(figure)

@@ -6,20 +6,16 @@ path, a usage mistake), 3 an unexpected exception (rerun with --debug for the tr
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sys
-import traceback
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.text import Text
-from typer.core import TyperGroup
 
 from dyngen.cli import maintenance as cli_maintenance
 from dyngen.cli import rounds as cli_rounds
+from dyngen.cli.group import DEBUG_ENV, EXIT_PROBLEMS, DyngenGroup
 from dyngen.cli.support import (
     JsonOpt,
     Name,
@@ -27,86 +23,23 @@ from dyngen.cli.support import (
     VersionOpt,
     add_row,
     get_state,
-    make_console,
     make_table,
 )
 from dyngen.cli.trainers import emit_command, follow_command
 from dyngen.errors import ConfigError, DatasetNotFoundError, DyngenError
 from dyngen.locations import ROOT_ENV
 from dyngen.progress import progress_bar
-from dyngen.round.lineage import history_table, log_tables, short
-from dyngen.store import gc, verify
-from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
 from dyngen.text import clip, parse_json, prompt_text
 
+# Nothing here imports Prefect, datasets or the store at start-up: `dyngen --help` prints
+# at once, and each command imports what it uses.
 __all__ = ["app", "history_table", "main"]
 
-EXIT_PROBLEMS = 1
-EXIT_USER_ERROR = 2
-EXIT_UNEXPECTED = 3
-# Exceptions typer uses for its own control flow (usage errors, --help, Exit(n)).
-_TYPER_FLOW = (typer.Exit, typer.Abort, typer.TyperException)
-
-
-class _Group(TyperGroup):
-    """Runs every command inside the one error handler that maps exceptions to exit codes."""
-
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except _TYPER_FLOW:
-            raise
-        except BrokenPipeError:
-            # The reader (`| head`) stopped listening: nothing is wrong, stop quietly.
-            _silence_stdout()
-            raise typer.Exit(0) from None
-        except (DyngenError, OSError) as exc:
-            _fail(ctx, _describe(exc), EXIT_USER_ERROR, hint=_root_hint(ctx, exc))
-        except Exception as exc:
-            status = getattr(getattr(exc, "response", None), "status_code", None)
-            if status in (401, 403):  # a Prefect server with basic auth (README: Security)
-                from dyngen.server.auth import AUTH_HINT
-
-                _fail(ctx, f"the Prefect server refused the request (HTTP {status}): {exc}",
-                      EXIT_USER_ERROR, hint=AUTH_HINT)
-            _fail(ctx, f"unexpected {type(exc).__name__}: {exc}", EXIT_UNEXPECTED,
-                  hint="this is a bug or an environment problem; rerun with --debug for "
-                       "the traceback")
-
-
-def _silence_stdout() -> None:
-    # Not a real file (a test runner's buffer) means nothing will flush at exit either.
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and not isinstance(exc, DyngenError) and exc.strerror:
-        where = f" {exc.filename}" if exc.filename else ""
-        return f"cannot access{where}: {exc.strerror}"
-    return str(exc)
-
-
-def _root_hint(ctx: Any, exc: BaseException) -> str | None:
-    state = ctx.obj
-    if isinstance(exc, DatasetNotFoundError) and isinstance(state, State) and state._store:
-        return f"store root is {state._store.root} (set it with --root or ${ROOT_ENV})"
-    return None
-
-
-def _fail(ctx: Any, message: str, code: int, hint: str | None = None) -> None:
-    err = make_console(stderr=True)
-    err.soft_wrap = True
-    if ctx.params.get("debug"):
-        err.print(traceback.format_exc(), markup=False, end="")
-    err.print(f"error: {message}", style="red", markup=False)
-    if hint:
-        err.print(hint, style="dim", markup=False)
-    raise typer.Exit(code)
+WIDE_LOG_COLUMNS = 120  # narrower terminals get `dyngen log`'s few columns (--wide: all)
 
 
 app = typer.Typer(
-    cls=_Group, no_args_is_help=True, add_completion=False,
+    cls=DyngenGroup, no_args_is_help=True, add_completion=False,
     help="Inspect and maintain dyngen's versioned datasets.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -121,7 +54,9 @@ def _global(
     )] = None,
     config: Annotated[Path | None, typer.Option(
         "--config", help="OmegaConf YAML config file.")] = None,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", envvar=DEBUG_ENV,
+        help="Show tracebacks, and Prefect's log of a round, on the terminal.")] = False,
 ) -> None:
     ctx.obj = State(root=root, config_path=config, debug=debug)
 
@@ -150,6 +85,9 @@ def log(
     all_: Annotated[bool, typer.Option("--all", help="Every version (streamed).")] = False,
     as_json: Annotated[bool, typer.Option(
         "--json", help="One record per line as stored, oldest of the shown first.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", help="Every column (parent, operation, event id, flow run), however "
+                       "narrow the terminal; the default at 120 columns or more.")] = False,
 ) -> None:
     """Show the newest versions first, with each round's lineage."""
     state = get_state(ctx)
@@ -158,7 +96,10 @@ def log(
         for entry in store.entries(name, limit=None if all_ else limit, oldest_first=True):
             typer.echo(json.dumps(entry.to_dict(), ensure_ascii=False))
         return
-    for table in log_tables(store, name, None if all_ else limit):
+    from dyngen.round.lineage import log_tables
+
+    wide = wide or state.out.width >= WIDE_LOG_COLUMNS
+    for table in log_tables(store, name, None if all_ else limit, wide=wide):
         state.out.print(table)
 
 
@@ -191,6 +132,9 @@ def show(
         state.out.print(f"{name} v{rec.version}: no {what} at offset {offset} "
                         f"(there are {len(ds)})", markup=False)
         return
+    from dyngen.round.lineage import short
+    from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
+
     prompt_key = str(state.config().data.prompt_key)
     if rejected:
         table = make_table(title, "#", "reason", "detail", "prompt")
@@ -365,6 +309,28 @@ def datasets_(ctx: typer.Context) -> None:
     state.out.print(table)
 
 
+def gc(*args: Any, **kwargs: Any) -> list[str]:
+    """`dyngen.store.gc`, imported when `dyngen gc` runs."""
+    from dyngen.store import gc as store_gc
+
+    return store_gc(*args, **kwargs)
+
+
+def verify(*args: Any, **kwargs: Any) -> list[Any]:
+    """`dyngen.store.verify`, imported when `dyngen verify` runs."""
+    from dyngen.store import verify as store_verify
+
+    return store_verify(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "history_table":  # kept importable from here, loaded on first use
+        from dyngen.round.lineage import history_table
+
+        return history_table
+    raise AttributeError(f"module 'dyngen.cli' has no attribute {name!r}")
+
+
 cli_maintenance.register(app)
 cli_rounds.register(app)
 # The trainer-facing commands live in their own module; registered here, on this app.
@@ -374,4 +340,16 @@ app.command("follow")(follow_command)
 
 def main() -> None:
     """Entry point of the `dyngen` console script."""
-    app()
+    from dyngen.quick_exit import exit_after_cleanup, set_exit_code
+
+    # Ctrl-C on `dyngen serve` must not wait for the interpreter to free Prefect's modules
+    # (serve and follow ask for it: dyngen.quick_exit).
+    exit_after_cleanup()
+    try:
+        app()
+    except SystemExit as done:
+        set_exit_code(done.code)
+        raise
+    except BaseException:
+        set_exit_code(1)
+        raise

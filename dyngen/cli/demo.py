@@ -118,8 +118,7 @@ def run_demo(workdir: Path, console: Console, *, batches: int = 3,
         show_history(store, console)
         problems = verify(store, DATASET)
         console.print("verify: ok" if not problems else f"verify: {problems}")
-        console.print(f"Prefect UI: {server.ui_url} (flow runs, artifacts "
-                      f"dyngen-{DATASET}-round / -history)")
+        console.print(ui_line(server.ui_url, keep_server), markup=False, soft_wrap=True)
         report = write_report(store, DATASET, workdir / "report.html")
         console.print(f"report: {report} (charts of the history; open it in a browser)",
                       markup=False, soft_wrap=True)
@@ -134,6 +133,15 @@ def run_demo(workdir: Path, console: Console, *, batches: int = 3,
             server.stop()
             console.print("stopped the serve process and the Prefect server")
     return store
+
+
+def ui_line(ui_url: str, keep_server: bool) -> str:
+    """Where the UI is, and (unless it stays up) that the demo stops it and how to keep it."""
+    what = f"Prefect UI: {ui_url} (flow runs, artifacts dyngen-{DATASET}-round / -history)"
+    if keep_server:
+        return what
+    return (f"{what}; the demo stops this server when it ends: run `dyngen demo "
+            "--keep-server` to keep it up and browse it")
 
 
 def show_history(store: Store, console: Console) -> None:

@@ -7,10 +7,13 @@ from typing import Annotated
 import typer
 
 from dyngen.cli.support import Name, get_state
-from dyngen.store.compaction import CompactionPolicy
-from dyngen.store.retention import DEFAULT_GRACE_SECONDS
 
-_DEFAULTS = CompactionPolicy()
+# CompactionPolicy's and retention's defaults, written out so `dyngen --help` imports no
+# store code (tests/test_cli_maintenance.py keeps them equal).
+MAX_SMALL_SHARDS = 50
+FAN_IN = 8
+TARGET_MB = 128.0
+DEFAULT_GRACE_SECONDS = 3600.0
 
 
 def compact(
@@ -20,14 +23,16 @@ def compact(
     = False,
     max_small_shards: Annotated[int, typer.Option(
         min=0, help="Compact when the head has more small shards than this.")]
-    = _DEFAULTS.max_small_shards,
+    = MAX_SMALL_SHARDS,
     fan_in: Annotated[int, typer.Option(
-        min=2, help="Adjacent shards of one size tier merged into one.")] = _DEFAULTS.fan_in,
+        min=2, help="Adjacent shards of one size tier merged into one.")] = FAN_IN,
     target_mb: Annotated[float, typer.Option(
         min=0.001, help="Shards this large (MiB) are never rewritten.")]
-    = _DEFAULTS.target_bytes / 2**20,
+    = TARGET_MB,
 ) -> None:
     """Rewrite small shards into large ones as new versions: same rows, same order."""
+    from dyngen.store.compaction import CompactionPolicy
+
     state = get_state(ctx)
     store = state.store()
     policy = CompactionPolicy(max_small_shards=max_small_shards, fan_in=fan_in,

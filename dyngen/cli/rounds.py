@@ -8,6 +8,9 @@ from typing import Annotated
 import typer
 
 from dyngen.cli.support import Name, get_state
+from dyngen.errors import ConfigError
+
+ISOLATIONS = ("fork", "process")
 
 
 def round_(
@@ -24,8 +27,9 @@ def round_(
              "folder is allowed for this run.")] = None,
 ) -> None:
     """Run one generation round now, as a Prefect flow run, and print what it committed."""
+    from dyngen.cli.runlog import log_path, prefect_log_to_file, round_failure
     from dyngen.config import round_params
-    from dyngen.flows.in_process import run_round
+    from dyngen.config.preflight import check_before_start
 
     state = get_state(ctx)
     # The user at this shell names the rollouts file, not an event: its folder is allowed
@@ -33,19 +37,77 @@ def round_(
     rollouts = rollouts.resolve() if rollouts is not None else None
     params = round_params(path=config or state.config_path, overrides=overrides or [],
                           root=state.root, rollouts_dirs=[rollouts.parent] if rollouts else [])
+    # Every mistake the config can hold, in this process, before a server or a flow run.
+    check_before_start(params, dataset=name)
+    from dyngen.flows.in_process import run_round
+
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}
-    result = run_round(name, config=params, trigger=trigger or None)
+    with prefect_log_to_file(log_path(name), state.debug) as log:
+        try:
+            result = run_round(name, config=params, trigger=trigger or None)
+        except Exception as exc:
+            raise round_failure(name, exc, log) from exc
     counts = result["counts"]
-    if result["created"]:
-        state.out.print(f"committed {name!r} version {result['version']} (parent "
-                        f"{result['parent']}): {result['rows']} rows, kept {counts.get('kept')} "
-                        f"of {counts.get('generated')}, rejected {counts.get('rejected') or {}}",
-                        markup=False)
+    if not result["created"]:
+        state.out.print(already_committed(name, result["version"], step, event_id),
+                        markup=False, soft_wrap=True)
+        return
+    state.out.print(f"committed {name!r} version {result['version']} (parent "
+                    f"{result['parent']}): {result['rows']} rows, kept {counts.get('kept')} "
+                    f"of {counts.get('generated')}, rejected {counts.get('rejected') or {}}",
+                    markup=False)
+    if not counts.get("kept"):
+        from dyngen.cli.support import make_console
+        from dyngen.store.location import store_settings
+        from dyngen.store.store import Store
+
+        store = Store.from_config(store_settings(params["store"]))
+        warning = nothing_kept_warning(store, name, result["version"], counts)
+        make_console(stderr=True).print(warning, style="yellow", markup=False, soft_wrap=True)
+
+
+def already_committed(name: str, version: int, step: int | None, event_id: str | None) -> str:
+    """Why a round committed nothing new: its trigger's key, and how to run another."""
+    if event_id is not None:
+        key, again = f"event:{event_id}", "another --event-id"
     else:
-        state.out.print(f"already committed as version {result['version']}; nothing new",
-                        markup=False)
+        key, again = f"{name}:step:{step}", f"another --step (e.g. --step {(step or 0) + 1})"
+    return (f"already committed as version {version} by trigger {key}; nothing new. Rounds "
+            "are keyed by their trigger (--event-id, else the dataset and --step), so the "
+            f"same one commits once: run another round with {again}.")
+
+
+def nothing_kept_warning(store: object, name: str, version: int,
+                         counts: dict[str, object]) -> str:
+    """The round kept no row: its top rejection reasons, an example of each, what shows all."""
+    generated = counts.get("generated") or 0
+    if not generated:
+        return (f"warning: the generator returned no rows, so version {version} of {name!r} "
+                "adds none; check its generate() (nothing failed).")
+    rejected = counts.get("rejected") or {}
+    assert isinstance(rejected, dict)
+    top = sorted(rejected.items(), key=lambda item: (-int(item[1]), item[0]))[:3]
+    examples = _example_details(store, name, version)
+    reasons = "; ".join(f"{reason} ({count}): {examples.get(reason) or 'no detail'}"
+                        for reason, count in top)
+    return (f"warning: version {version} of {name!r} kept none of the {generated} generated "
+            f"rows. Top reasons: {reasons}. See them all: dyngen show {name} --rejected")
+
+
+def _example_details(store: object, name: str, version: int) -> dict[str, str]:
+    """One rejected row's detail per reason, from the version's quarantine shard."""
+    from dyngen.text import clip
+
+    try:
+        rows = store.load_rejected(name, version, round_only=True)  # type: ignore[attr-defined]
+    except Exception:  # the warning is a courtesy: the version is committed
+        return {}
+    out: dict[str, str] = {}
+    for row in rows.select_columns(["reason", "detail"]).to_list():
+        out.setdefault(str(row["reason"]), clip(str(row.get("detail") or ""), 120))
+    return out
 
 
 def serve_(
@@ -68,12 +130,21 @@ def serve_(
 ) -> None:
     """Serve the generation round with its batch-end event trigger until interrupted."""
     from dyngen.config import round_params
-    from dyngen.flows.serve import serve_rounds
+    from dyngen.config.preflight import check_before_start
 
     state = get_state(ctx)
     # Absolute: each run starts in another folder.
     params = round_params(path=state.config_path, overrides=overrides or [], root=state.root,
                           absolute=True)
+    if isolation not in ISOLATIONS:
+        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
+    # A mistake in the config fails now, not in every round the events start.
+    check_before_start(params)
+    from dyngen.flows.serve import serve_rounds
+    from dyngen.quick_exit import exit_quickly
+
+    exit_quickly()  # after Ctrl-C, gone at once (in the `dyngen` process; see main)
+
     serve_rounds(dataset, params, every_n_batches,
                  isolation=isolation, poll_seconds=poll_seconds,
                  max_round_seconds=max_round_seconds)

@@ -14,10 +14,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dyngen.store import Store
+if TYPE_CHECKING:  # imported when a command needs them: `dyngen --help` stays quick
+    from omegaconf import DictConfig
 
-if TYPE_CHECKING:
-    from omegaconf import DictConfig  # imported when a command needs the config
+    from dyngen.store import Store
 
 
 
@@ -44,6 +44,7 @@ class State:
     def store(self) -> Store:
         """The store at --root, else $DYNGEN_STORE_ROOT, else the config's store.root."""
         if self._store is None:
+            from dyngen.store import Store
             from dyngen.store.location import store_settings
 
             # --root names the store; how to reach it (store.*) comes from the config.

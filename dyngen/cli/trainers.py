@@ -89,8 +89,11 @@ def follow_command(
         "--poll-seconds", min=0.01, help="How often to look at the files.")] = 1.0,
 ) -> None:
     """Follow a running verl job's files; emit one batch end per completed training step."""
+    from dyngen.quick_exit import exit_quickly
     from dyngen.store.names import validate_name
     from dyngen.trainers.verl_follow import VerlFollower
+
+    exit_quickly()  # after Ctrl-C, gone at once (in the `dyngen` process; see main)
 
     follower = VerlFollower(ctx.obj.store().root, validate_name(name), verl_metrics,
                             rollout_dir=rollout_dir, every_n_steps=every_n_steps,

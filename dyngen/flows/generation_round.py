@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
+from dyngen.config.preflight import check_before_start
 from dyngen.config.secrets import refuse_secrets
 from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params
@@ -55,9 +56,11 @@ def generation_round(
     overrides: list[str] | None = None,
 ) -> dict[str, Any]:
     """Grow `dataset` by one version from the configured generator's new rows."""
-    cfg, trig, rollouts = round_inputs(dataset, config, trigger, overrides or ())
-    if deployment_run():
-        refuse_secrets(cfg, "this deployment's parameters")
+    with _stage("check"):  # everything the config names, before any work
+        cfg, trig, rollouts = round_inputs(dataset, config, trigger, overrides or ())
+        if deployment_run():
+            refuse_secrets(cfg, "this deployment's parameters")
+        check_before_start(cfg)
     timings: dict[str, float] = {}
     with round_guard(dataset):
         where = store_settings(cfg.store)  # the root and how to reach it
@@ -81,9 +84,11 @@ def generation_round(
         lineage = round_lineage(context, generator, len(rows), outcome, timings,
                                 run_id=flow_run.id, run_name=flow_run.name,
                                 partitions=fanned_out, solve_rate=solve_rate)
-        pending = concat_rows(where, context, outcome, generator["name"], lineage.to_dict(),
-                              index_params(cfg))
-        record = commit_version(where, pending)
+        with _stage("concat"):
+            pending = concat_rows(where, context, outcome, generator["name"],
+                                  lineage.to_dict(), index_params(cfg))
+        with _stage("version"):
+            record = commit_version(where, pending)
     get_run_logger().info(log_line(record))
     _publish(record, store)
     crash_point("round.after_lineage")
@@ -135,6 +140,19 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
     """Record how long the block took, in seconds, as `timings[stage]`."""
     start = time.perf_counter()
     try:
-        yield
+        with _stage(stage):
+            yield
     finally:
         timings[stage] = round(time.perf_counter() - start, 3)
+
+
+@contextmanager
+def _stage(stage: str) -> Iterator[None]:
+    """Mark an exception escaping the block with the stage it came from (the CLI names it)."""
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "dyngen_stage", None) is None:
+            with suppress(AttributeError):  # an exception type that takes no attributes
+                exc.dyngen_stage = stage  # type: ignore[attr-defined]
+        raise

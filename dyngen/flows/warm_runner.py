@@ -122,7 +122,9 @@ class WarmRunner:
         self.poll_seconds = poll_seconds
         self.max_round_seconds = max_round_seconds
         self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload([self.flow_ref[0], __name__, *RUN_MODULES,
+        # fork_server_exit first: its exit handler must run after every other one.
+        self.context.set_forkserver_preload(["dyngen.flows.fork_server_exit",
+                                             self.flow_ref[0], __name__, *RUN_MODULES,
                                              *preload])
         self.children: dict[UUID, _Child] = {}
         self.stopping = threading.Event()

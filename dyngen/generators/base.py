@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-import datasets
 from omegaconf import DictConfig, OmegaConf
 
 from dyngen.errors import ConfigError
-from dyngen.round.context import RoundContext
+from dyngen.text import did_you_mean
+
+if TYPE_CHECKING:  # loading a generator class (a config check) imports neither
+    import datasets
+
+    from dyngen.round.context import RoundContext
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +27,10 @@ class HasDataframe(Protocol):
     dataframe: datasets.Dataset
 
 
-GeneratorInput = datasets.Dataset | HasDataframe
+if TYPE_CHECKING:
+    GeneratorInput = datasets.Dataset | HasDataframe
+else:
+    GeneratorInput = Any
 
 
 def rows_of(dataset: GeneratorInput) -> datasets.Dataset:
@@ -104,8 +111,11 @@ def checked_settings(config: Mapping[str, Any] | None, defaults: Mapping[str, An
         return given
     unknown = sorted(set(given) - set(defaults) - LOCATION_KEYS)
     if unknown:
+        known = [f"data.datagen.{k}" for k in sorted(set(defaults) | LOCATION_KEYS)]
+        hint = did_you_mean(f"data.datagen.{unknown[0]}", known, quote=False)
+        hint = hint or " Remove them or fix their spelling."
         raise ConfigError(f"data.datagen has unknown keys {unknown} for {generator}; expected "
-                          f"some of {sorted(defaults)}. Remove them or fix their spelling.")
+                          f"some of {sorted(defaults)}.{hint}")
     for key, value in given.items():
         if key in defaults and not _same_type(value, defaults[key]):
             raise ConfigError(f"data.datagen.{key}: expected {_type_words(defaults[key])} for "

@@ -28,12 +28,18 @@ WIDTH_INCHES = 9.0
 
 
 def rows_chart(history: History) -> str | None:
-    """Rows per version, as a line; versions not made by appending are marked."""
+    """Rows per version, as a line; only versions not made by appending (or creating) have
+    a marker, one colour per operation, as the page's caption says."""
     if not history.versions:
         return None
+    return _svg(rows_figure(history), f"{history.dataset}-rows")
+
+
+def rows_figure(history: History) -> Figure:
+    """The rows chart's matplotlib figure (the line unmarked, the other versions marked)."""
     fig, ax = _figure(3.0)
     xs, ys = _thin(history.versions, history.rows)
-    ax.plot(xs, ys, color="#1f77b4", linewidth=1.5, marker="." if len(xs) <= 60 else None)
+    ax.plot(xs, ys, color="#1f77b4", linewidth=1.5)
     ax.fill_between(xs, ys, alpha=0.15, color="#1f77b4")
     marked = [(v, r, op) for v, r, op in zip(history.versions, history.rows,
                                              history.operations, strict=True)
@@ -44,7 +50,7 @@ def rows_chart(history: History) -> str | None:
     if marked:
         ax.legend(loc="upper left", fontsize=8)
     _labels(ax, "version", "rows")
-    return _svg(fig, f"{history.dataset}-rows")
+    return fig
 
 
 def counts_chart(history: History) -> str | None:

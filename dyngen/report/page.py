@@ -34,7 +34,8 @@ footer { margin-top: 3rem; color: #57606a; font-size: .8rem; }
 # (id, heading, chart function, what the chart shows, what it means when there is none)
 SECTIONS = (
     ("rows", "Rows per version", charts.rows_chart,
-     "Rows in each version; dots mark versions not made by appending (e.g. restores).",
+     "Rows in each version; dots mark the versions not made by appending (restores, "
+     "compactions, vacuums), one colour per operation.",
      "no versions"),
     ("counts", "Kept and rejected per round", charts.counts_chart,
      "Rows each round kept, and rejected by reason (rejected rows are quarantined).",

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -145,8 +146,11 @@ def history_table(store: Store, name: str, limit: int | None = 20) -> Table:
 
 
 def log_tables(store: Store, name: str, limit: int | None,
-               chunk: int | None = LOG_CHUNK) -> Iterator[Table]:
-    """The log newest first as tables of `chunk` versions each: memory stays bounded."""
+               chunk: int | None = LOG_CHUNK, wide: bool = True) -> Iterator[Table]:
+    """The log newest first as tables of `chunk` versions each: memory stays bounded.
+
+    Not `wide`: the few columns that fit an 80-column terminal (see `_narrow_row`).
+    """
     head = store.head_version(name)
     if head is None:
         store.head(name)  # refuses a missing dataset by name
@@ -154,19 +158,20 @@ def log_tables(store: Store, name: str, limit: int | None,
     entries = store.entries(name, limit=limit)
     shown = head + 1 if limit is None else min(limit, head + 1)
     title = f"{name} (newest {shown} of {head + 1} versions)"
-    table = _log_table(title)
+    make, add = (_log_table, _log_row) if wide else (_narrow_table, _narrow_row)
+    table = make(title)
     child = None
     for entry in entries:
         if child is not None:
-            _log_row(table, child, entry.rows)
+            add(table, child, entry.rows)
             if chunk is not None and table.row_count >= chunk:
                 yield table
-                table = _log_table(None)
+                table = make(None)
         child = entry
     if child is not None:  # the oldest shown: its parent is one more record to read
         parent = child.parent
         parent_rows = store.log(name).entry(parent).rows if parent is not None else None
-        _log_row(table, child, parent_rows)
+        add(table, child, parent_rows)
     yield table
 
 
@@ -184,6 +189,31 @@ def _log_row(table: Table, entry: LogEntry, parent_rows: int | None) -> None:
              operation_text(entry), f"{entry.rows}{delta}",
              entry.created_at[:19].replace("T", " "), *lineage_cells(entry.lineage))
     table.add_row(*(Text(cell) for cell in cells))  # user data is never read as markup
+
+
+def _narrow_table(title: str | None) -> Table:
+    table = Table(title=escape(title) if title else None, show_header=title is not None,
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("v", justify="right", no_wrap=True)
+    table.add_column("rows", justify="right", no_wrap=True)
+    table.add_column("made by", overflow="fold")
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("kept", overflow="fold")
+    table.add_column("created (UTC)", no_wrap=True)
+    return table
+
+
+def _narrow_row(table: Table, entry: LogEntry, parent_rows: int | None) -> None:
+    """Version, rows (+ added), what made it (the generator, or the operation), step,
+    kept / generated and why not, and when (month-day hour:minute)."""
+    delta = "" if parent_rows is None else f" ({entry.rows - parent_rows:+d})"
+    generator, _, counts, _ = lineage_cells(entry.lineage)
+    made_by = generator if entry.operation == "append" and generator else operation_text(entry)
+    step = as_dict(entry.lineage.get("trigger")).get("step")
+    cells = (str(entry.version), f"{entry.rows}{delta}", made_by,
+             "" if step is None else str(step), counts.removeprefix("kept "),
+             entry.created_at[5:16].replace("T", " "))
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def operation_text(rec: LogEntry) -> str:

@@ -361,7 +361,9 @@ class StoreReader:
 
     @staticmethod
     def _not_found(name: str) -> DatasetNotFoundError:
-        return DatasetNotFoundError(
+        error = DatasetNotFoundError(
             f"dataset {name!r} has no committed version. Create it with "
             f"`dyngen import {name} <files>`, or check the store root."
         )
+        error.dataset = name
+        return error

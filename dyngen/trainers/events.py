@@ -38,6 +38,9 @@ DATASET_LABEL = "dyngen.dataset"
 # within its budget, and the last batch's request. A dead server costs milliseconds.
 MAX_EMIT_SECONDS = LOCK_WAIT_SECONDS + FLUSH_BUDGET_SECONDS + SEND_TIMEOUT_SECONDS
 START_SERVER = "Start the server (`prefect server start` or `dyngen demo --keep-server`) to resume."
+LOCAL_API_URL = "http://127.0.0.1:4200/api"  # where `prefect server start` listens
+SET_API_URL = (f"Point the trainer at the Prefect server `dyngen serve` uses: export "
+               f"PREFECT_API_URL={LOCAL_API_URL} (for `prefect server start` on this machine).")
 
 logger = logging.getLogger(__name__)
 _server_down = False  # warn once per outage, not once per batch
@@ -115,7 +118,7 @@ def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
 
         url = api_url or PREFECT_API_URL.value()
         if not url:
-            _not_sent(dataset, step, "PREFECT_API_URL is not set", kept=False)
+            _not_sent(dataset, step, "PREFECT_API_URL is not set", kept=False, fix=SET_API_URL)
             return BatchEndDelivery(event_id, "dropped")
         result = Outbox().deliver(url, batch_end_event(dataset, payload))
     except Exception as exc:  # a trainer must never die because of bookkeeping
@@ -141,8 +144,8 @@ def flush_outbox(api_url: str | None = None) -> Delivery:
     url = api_url or PREFECT_API_URL.value()
     if not url:
         raise ConfigError("PREFECT_API_URL is not set: expected the address of the Prefect "
-                          "server the queued events are for. Set it (e.g. "
-                          "http://127.0.0.1:4200/api) and flush again.")
+                          "server the queued events are for. Set it (e.g. export "
+                          f"PREFECT_API_URL={LOCAL_API_URL}) and flush again.")
     return Outbox().deliver(url)
 
 

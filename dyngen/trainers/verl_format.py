@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +60,9 @@ def _read_one(path: Path, prompt_key: str, size: int, progress: Bar) -> pa.Table
                 "suffix."
             )
     except (OSError, pa.ArrowException) as exc:
+        bad_line = _first_bad_json_line(path) if suffix in (".jsonl", ".json") else None
+        if bad_line is not None:
+            raise ImportFormatError(f"input file {path}: {bad_line}") from exc
         raise ImportFormatError(f"input file {path} could not be read as {suffix}: {exc}") from exc
     required = [prompt_key if c == "prompt" else c for c in REQUIRED_COLUMNS]
     missing = [c for c in required if c not in table.column_names]
@@ -75,6 +79,27 @@ def _read_one(path: Path, prompt_key: str, size: int, progress: Bar) -> pa.Table
             "export made with --with-provenance. Export without them to import again."
         )
     return table
+
+
+def _first_bad_json_line(path: Path) -> str | None:
+    """Where a JSONL file stops being one JSON object per line, by its 1-based line number
+    (Arrow counts rows from 0 within each block it parses)."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    return (f"line {number} is not valid JSON ({exc.msg} at column {exc.colno}); "
+                            "expected one JSON object per line. Fix that line.")
+                if not isinstance(value, dict):
+                    return (f"line {number} is {type(value).__name__} JSON; expected one JSON "
+                            "object per line. Fix that line.")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def _read_parquet(path: Path, size: int, progress: Bar) -> pa.Table:
