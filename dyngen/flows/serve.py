@@ -23,6 +23,7 @@ from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLi
 from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentEventTrigger
 from prefect.exceptions import ObjectNotFound
+from prefect.types.entrypoint import EntrypointType
 
 from dyngen.config import load_config
 from dyngen.config.secrets import refuse_secrets
@@ -72,6 +73,9 @@ def round_deployment(dataset: str | None = None, config: dict[str, Any] | None =
     refuse_secrets(config, "a deployment's parameters")
     return generation_round.to_deployment(
         name=DEPLOYMENT_NAME,
+        # By module (`dyngen.flows.generation_round.generation_round`), not by file: a run
+        # imports the installed dyngen whatever folder it starts in.
+        entrypoint_type=EntrypointType.MODULE_PATH,
         triggers=[batch_end_trigger(dataset, config, every_n_batches)],
         concurrency_limit=ConcurrencyLimitConfig(
             limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
