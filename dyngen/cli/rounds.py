@@ -68,9 +68,12 @@ def serve_(
 ) -> None:
     """Serve the generation round with its batch-end event trigger until interrupted."""
     from dyngen.config import round_params
+    from dyngen.config.generator_choice import require_generator
     from dyngen.flows.serve import serve_rounds
 
     state = get_state(ctx)
+    # Checked on what the user wrote: the built config holds the default (mock) generator.
+    require_generator(None, overrides or [], state.config_path, what="dyngen serve's config")
     # Absolute: each run starts in another folder.
     params = round_params(path=state.config_path, overrides=overrides or [], root=state.root,
                           absolute=True)

@@ -26,6 +26,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.types.entrypoint import EntrypointType
 
 from dyngen.config import load_config
+from dyngen.config.generator_choice import require_generator
 from dyngen.config.secrets import refuse_secrets
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
@@ -93,6 +94,7 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
     if isolation not in ("fork", "process"):
         raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
     refuse_to_replace_pool_deployment()
+    require_generator(config, what="dyngen serve's config")
     deployment = round_deployment(dataset, config, every_n_batches)
     if isolation == "process":
         # Not paused on shutdown: events that arrive while nothing serves become scheduled

@@ -46,6 +46,8 @@ class RoundLineage:
     flow_run_name: str | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     partitions: dict[str, Any] | None = None  # the fan-out, when the round had one
+    # How it kept its dataset's step order, when it waited for earlier steps or went ahead
+    step_order: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The lineage as the version record stores it (plain JSON data)."""
@@ -57,19 +59,23 @@ class RoundLineage:
                "flow_run_name": self.flow_run_name, "timings": dict(self.timings)}
         if self.partitions:
             out["partitions"] = self.partitions
+        if self.step_order:
+            out["step_order"] = self.step_order
         return out
 
 
 def round_lineage(context: RoundContext, generator: dict[str, Any], generated: int,
                   outcome: FilterOutcome, timings: Mapping[str, float], *,
                   run_id: Any = None, run_name: str | None = None,
-                  partitions: dict[str, Any] | None = None) -> RoundLineage:
+                  partitions: dict[str, Any] | None = None,
+                  step_order: dict[str, Any] | None = None) -> RoundLineage:
     """The lineage of the round `context` describes, from what its stages returned."""
     counts = RoundCounts(generated=generated, kept=len(outcome.kept),
                          rejected=outcome.rejected_by_reason)
     return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
                         counts=counts, flow_run_id=str(run_id) if run_id else None,
-                        flow_run_name=run_name, timings=dict(timings), partitions=partitions)
+                        flow_run_name=run_name, timings=dict(timings), partitions=partitions,
+                        step_order=step_order)
 
 
 # ---- the round's log line ---------------------------------------------------------------
