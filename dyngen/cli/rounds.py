@@ -69,9 +69,10 @@ def serve_(
     """Serve the generation round with its batch-end event trigger until interrupted."""
     from dyngen.config import round_params
     from dyngen.config.generator_choice import require_generator
-    from dyngen.flows.serve import serve_rounds
+    from dyngen.flows.serve import check_isolation, serve_rounds
 
     state = get_state(ctx)
+    check_isolation(isolation)
     # Checked on what the user wrote: the built config holds the default (mock) generator.
     require_generator(None, overrides or [], state.config_path, what="dyngen serve's config")
     # Absolute: each run starts in another folder.

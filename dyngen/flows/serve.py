@@ -91,8 +91,7 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
                  poll_seconds: float = POLL_SECONDS,
                  max_round_seconds: float | None = None) -> None:
     """Serve the deployment until interrupted (Ctrl-C / SIGTERM)."""
-    if isolation not in ("fork", "process"):
-        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
+    check_isolation(isolation)
     refuse_to_replace_pool_deployment()
     require_generator(config, what="dyngen serve's config")
     deployment = round_deployment(dataset, config, every_n_batches)
@@ -109,6 +108,12 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
             + ROUND_MARGIN_SECONDS
     WarmRunner(generation_round, deployment, poll_seconds, max_round_seconds,
                preload=_generator_module(cfg)).serve()
+
+
+def check_isolation(isolation: str) -> None:
+    """Fail unless `isolation` is one `dyngen serve` knows."""
+    if isolation not in ("fork", "process"):
+        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
 
 
 def refuse_to_replace_pool_deployment() -> None:

@@ -45,7 +45,7 @@ from dyngen.flows.round_guard import (
     end_dead_round,
 )
 
-POLL_SECONDS = 0.5
+POLL_SECONDS = 1.0  # each look reads the flow's unfinished runs: keep the server's load low
 SINCE_LABEL = "dyngen.round.order_wait_since"  # when this run first waited (epoch seconds)
 GAVE_WAY_LABEL = "dyngen.round.order_gave_way"  # how many times it gave its place back
 GIVE_WAY_AFTER_SECONDS = 1.0  # after the earlier run's start time
