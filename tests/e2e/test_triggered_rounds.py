@@ -170,8 +170,9 @@ def test_prefect_deploy_all_with_a_process_worker_runs_an_event_triggered_round(
                            capture_output=True, timeout=120)
     assert rec.lineage["trigger"]["event_id"] == event_id
     assert rec.lineage["trigger"]["step"] == 7
-    # prefect.yaml's defaults: MockDataGenerator re-proposes row 0, which dedup rejects
-    assert rec.lineage["counts"] == {"generated": 1, "kept": 0, "rejected": {"duplicate": 1}}
+    # The generator prefect.yaml names, making new rows (not the mock's duplicate of row 0).
+    assert rec.lineage["generator"]["name"] == "ArithmeticCurriculum"
+    assert rec.lineage["counts"] == {"generated": 8, "kept": 8, "rejected": {}}
 
 
 def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_goes_on(
