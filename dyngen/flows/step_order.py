@@ -34,8 +34,9 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStateType,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.context import FlowRunContext
 from prefect.exceptions import Abort
-from prefect.runtime import flow_run
 from prefect.states import Crashed, Scheduled
 
 from dyngen.flows.round_guard import (
@@ -74,11 +75,12 @@ class StepOrder:
 def keep_step_order(dataset: str, step: int | None, bound_seconds: float) -> StepOrder:
     """Wait (at most `bound_seconds` from this run's first wait) for the dataset's rounds of
     earlier steps that have not ended; give this run's place back to one not started yet."""
-    if flow_run.id is None or step is None or bound_seconds <= 0:
+    context = FlowRunContext.get()
+    me = context.flow_run if context is not None else None  # as the engine read it: no call
+    if me is None or step is None or bound_seconds <= 0:
         return StepOrder()
     logger = get_run_logger()
     with get_client(sync_client=True) as client:
-        me = client.read_flow_run(flow_run.id)
         since = _label_float(me, SINCE_LABEL)
         order = StepOrder(gave_way=int(_label_float(me, GAVE_WAY_LABEL) or 0))
         said = False
@@ -121,7 +123,7 @@ def _earlier_runs(client: SyncPrefectClient, me: FlowRun, dataset: str,
         flow_filter=FlowFilter(id=FlowFilterId(any_=[me.flow_id])),
         flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
             type=FlowRunFilterStateType(any_=_NOT_ENDED))),
-        limit=EARLIER_RUNS)
+        sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=EARLIER_RUNS)
     earlier = []
     for run in runs:
         other = _step(run)
