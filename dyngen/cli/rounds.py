@@ -130,14 +130,17 @@ def serve_(
 ) -> None:
     """Serve the generation round with its batch-end event trigger until interrupted."""
     from dyngen.config import round_params
+    from dyngen.config.generator_choice import require_generator
     from dyngen.config.preflight import check_before_start
 
     state = get_state(ctx)
+    if isolation not in ISOLATIONS:
+        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
+    # Checked on what the user wrote: the built config holds the default (mock) generator.
+    require_generator(None, overrides or [], state.config_path, what="dyngen serve's config")
     # Absolute: each run starts in another folder.
     params = round_params(path=state.config_path, overrides=overrides or [], root=state.root,
                           absolute=True)
-    if isolation not in ISOLATIONS:
-        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
     # A mistake in the config fails now, not in every round the events start.
     check_before_start(params)
     from dyngen.flows.serve import serve_rounds

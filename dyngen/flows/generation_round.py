@@ -9,7 +9,8 @@ the store's policy asks (`round.compaction`); that never fails a committed round
 A run is named `<dataset>-step-<N>` while it waits for its dataset's slot, and
 `<dataset>-v<version>` once it knows the version it makes. Prefect records its parameters
 with any credential in `store.storage_options` redacted (dyngen.config.secrets); a run of a
-deployment, whose parameters Prefect keeps as given, is refused if they hold one.
+deployment, whose parameters Prefect keeps as given, is refused if they hold one, and fails
+at once if they name no generator (dyngen.config.generator_choice).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from typing import Any
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
+from dyngen.config.generator_choice import require_generator
 from dyngen.config.preflight import check_before_start
 from dyngen.config.secrets import refuse_secrets
 from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params
 from dyngen.flows.redaction import deployment_run, redacting_flow
 from dyngen.flows.round_guard import name_run, round_guard, waiting_run_name
+from dyngen.flows.step_order import keep_step_order
 from dyngen.round import committed_for, compaction_policy, round_inputs
 from dyngen.round.context import RoundContext
 from dyngen.round.lineage import log_line, round_lineage
@@ -60,8 +63,12 @@ def generation_round(
         cfg, trig, rollouts = round_inputs(dataset, config, trigger, overrides or ())
         if deployment_run():
             refuse_secrets(cfg, "this deployment's parameters")
+            # A deployment names its generator: it never runs the mock unasked.
+            require_generator(config, overrides or (), what="this deployment's parameters")
         check_before_start(cfg)
     timings: dict[str, float] = {}
+    # Before the dataset's slot, which the earlier rounds it waits for need.
+    order = keep_step_order(dataset, trig.step, float(cfg.round.order_wait_seconds))
     with round_guard(dataset):
         where = store_settings(cfg.store)  # the root and how to reach it
         store = Store.from_config(where)
@@ -83,7 +90,8 @@ def generation_round(
                 outcome, solve_rate = solve_rate_stage(cfg, outcome, context)
         lineage = round_lineage(context, generator, len(rows), outcome, timings,
                                 run_id=flow_run.id, run_name=flow_run.name,
-                                partitions=fanned_out, solve_rate=solve_rate)
+                                partitions=fanned_out, solve_rate=solve_rate,
+                                step_order=order.lineage())
         with _stage("concat"):
             pending = concat_rows(where, context, outcome, generator["name"],
                                   lineage.to_dict(), index_params(cfg))

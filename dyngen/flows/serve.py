@@ -23,8 +23,10 @@ from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLi
 from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentEventTrigger
 from prefect.exceptions import ObjectNotFound
+from prefect.types.entrypoint import EntrypointType
 
 from dyngen.config import load_config
+from dyngen.config.generator_choice import require_generator
 from dyngen.config.secrets import refuse_secrets
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
@@ -72,6 +74,9 @@ def round_deployment(dataset: str | None = None, config: dict[str, Any] | None =
     refuse_secrets(config, "a deployment's parameters")
     return generation_round.to_deployment(
         name=DEPLOYMENT_NAME,
+        # By module (`dyngen.flows.generation_round.generation_round`), not by file: a run
+        # imports the installed dyngen whatever folder it starts in.
+        entrypoint_type=EntrypointType.MODULE_PATH,
         triggers=[batch_end_trigger(dataset, config, every_n_batches)],
         concurrency_limit=ConcurrencyLimitConfig(
             limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
@@ -86,9 +91,9 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
                  poll_seconds: float = POLL_SECONDS,
                  max_round_seconds: float | None = None) -> None:
     """Serve the deployment until interrupted (Ctrl-C / SIGTERM)."""
-    if isolation not in ("fork", "process"):
-        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
+    check_isolation(isolation)
     refuse_to_replace_pool_deployment()
+    require_generator(config, what="dyngen serve's config")
     deployment = round_deployment(dataset, config, every_n_batches)
     if isolation == "process":
         # Not paused on shutdown: events that arrive while nothing serves become scheduled
@@ -103,6 +108,12 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
             + ROUND_MARGIN_SECONDS
     WarmRunner(generation_round, deployment, poll_seconds, max_round_seconds,
                preload=_generator_module(cfg)).serve()
+
+
+def check_isolation(isolation: str) -> None:
+    """Fail unless `isolation` is one `dyngen serve` knows."""
+    if isolation not in ("fork", "process"):
+        raise ConfigError(f"--isolation must be 'fork' or 'process', found {isolation!r}.")
 
 
 def refuse_to_replace_pool_deployment() -> None:

@@ -245,8 +245,8 @@ class WarmRunner:
                 client.set_flow_run_state(run.id, child.ending, force=True)
             release_round_slot(client, run)
             return
-        if final:
-            return
+        if final or run.state is not None and run.state.is_scheduled():
+            return  # ended, or put back to wait for an earlier step (flows/step_order.py)
         state = Crashed(message=(f"the round's process exited with code "
                                  f"{child.process.exitcode} before its flow run finished"))
         if end_dead_round(client, run, state):

@@ -48,6 +48,8 @@ class RoundLineage:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     partitions: dict[str, Any] | None = None  # the fan-out, when the round had one
     solve_rate: dict[str, Any] | None = None  # the solve-rate stage, when it ran
+    # How it kept its dataset's step order, when it waited for earlier steps or went ahead
+    step_order: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The lineage as the version record stores it (plain JSON data)."""
@@ -61,6 +63,8 @@ class RoundLineage:
             out["partitions"] = self.partitions
         if self.solve_rate:
             out["solve_rate"] = self.solve_rate
+        if self.step_order:
+            out["step_order"] = self.step_order
         return out
 
 
@@ -68,14 +72,15 @@ def round_lineage(context: RoundContext, generator: dict[str, Any], generated: i
                   outcome: FilterOutcome, timings: Mapping[str, float], *,
                   run_id: Any = None, run_name: str | None = None,
                   partitions: dict[str, Any] | None = None,
-                  solve_rate: dict[str, Any] | None = None) -> RoundLineage:
+                  solve_rate: dict[str, Any] | None = None,
+                  step_order: dict[str, Any] | None = None) -> RoundLineage:
     """The lineage of the round `context` describes, from what its stages returned."""
     counts = RoundCounts(generated=generated, kept=len(outcome.kept),
                          rejected=outcome.rejected_by_reason)
     return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
                         counts=counts, flow_run_id=str(run_id) if run_id else None,
                         flow_run_name=run_name, timings=dict(timings), partitions=partitions,
-                        solve_rate=solve_rate)
+                        solve_rate=solve_rate, step_order=step_order)
 
 
 # ---- the round's log line ---------------------------------------------------------------

@@ -65,6 +65,16 @@ def finished_runs(server: LocalServer, dataset: str, count: int,
             time.sleep(0.5)
 
 
+def last_attempt_spans(server: LocalServer, runs: list) -> list[tuple]:
+    """(start, end) of each run's last attempt: a round that gave its place back to an
+    earlier step (dyngen.flows.step_order) ran again later, its first start long before."""
+    from prefect.client.orchestration import get_client
+
+    with server.client_settings(), get_client(sync_client=True) as client:
+        return [(max(s.timestamp for s in client.read_flow_run_states(r.id) if s.is_running()),
+                 r.end_time) for r in runs]
+
+
 def emit_from_another_process(server: LocalServer, name: str, steps: list[int]) -> list[str]:
     out = subprocess.run([sys.executable, "-c", _EMITTER, name, *map(str, steps)],
                          env=env_for(server), cwd=REPO, capture_output=True, text=True,
@@ -138,7 +148,7 @@ def test_five_events_at_once_run_five_rounds_one_after_another(auth_server: Loca
     assert [r.parent for r in history[1:]] == [0, 1, 2, 3, 4]
     assert sorted(r.lineage["trigger"]["step"] for r in history[1:]) == [1, 2, 3, 4, 5]
     assert store.load("burst").num_rows == 4 + 5  # one new row per round, none lost
-    spans = sorted((r.start_time, r.end_time) for r in runs if r.state.is_completed())
+    spans = sorted(last_attempt_spans(auth_server, [r for r in runs if r.state.is_completed()]))
     assert len(spans) == 5
     assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:], strict=False)), \
         "two rounds of one dataset ran at the same time"
@@ -170,8 +180,9 @@ def test_prefect_deploy_all_with_a_process_worker_runs_an_event_triggered_round(
                            capture_output=True, timeout=120)
     assert rec.lineage["trigger"]["event_id"] == event_id
     assert rec.lineage["trigger"]["step"] == 7
-    # prefect.yaml's defaults: MockDataGenerator re-proposes row 0, which dedup rejects
-    assert rec.lineage["counts"] == {"generated": 1, "kept": 0, "rejected": {"duplicate": 1}}
+    # The generator prefect.yaml names, making new rows (not the mock's duplicate of row 0).
+    assert rec.lineage["generator"]["name"] == "ArithmeticCurriculum"
+    assert rec.lineage["counts"] == {"generated": 8, "kept": 8, "rejected": {}}
 
 
 def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_goes_on(
@@ -202,7 +213,8 @@ def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_go
     assert out.returncode == 0, out.stderr  # a shell training loop goes on
     said = " ".join(out.stdout.split())  # rich wraps long lines
     assert "refused the credentials in PREFECT_API_AUTH_STRING (HTTP 401)" in said
-    serve = subprocess.run([*DYNGEN, "serve", "--dataset", "guarded"], env=wrong, cwd=REPO,
+    serve = subprocess.run([*DYNGEN, "serve", "--dataset", "guarded", *ROUND_CONFIG], env=wrong,
+                           cwd=REPO,
                            capture_output=True, text=True, timeout=120)
     assert serve.returncode == 2, serve.stderr
     assert "refused the request (HTTP 401)" in serve.stderr

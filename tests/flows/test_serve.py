@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.flows import load_flow_from_entrypoint
+from prefect.types.entrypoint import EntrypointType
 
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
-from dyngen.flows.serve import DEPLOYMENT_NAME, serve_rounds
+from dyngen.flows.serve import DEPLOYMENT_NAME, round_deployment, serve_rounds
+
+MOCK = {"data": {"datagen": {"path": "pkg://dyngen.generators.base",
+                             "name": "MockDataGenerator"}}}
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
+
+MODULE_ENTRYPOINT = "dyngen.flows.generation_round.generation_round"
+
+
+def test_served_deployment_names_the_round_by_module_so_any_folder_can_run_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a folder that holds no dyngen file
+    (tmp_path / "flows.py").write_text("raise ImportError('the user flows.py was imported')\n")
+    deployment = round_deployment("ds", MOCK)
+    assert deployment.entrypoint == MODULE_ENTRYPOINT
+    assert deployment.entrypoint_type == EntrypointType.MODULE_PATH
+    assert load_flow_from_entrypoint(deployment.entrypoint) is generation_round
 
 
 def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_was() -> None:
@@ -20,7 +39,7 @@ def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_w
         flow_id = client.create_flow_from_name(generation_round.name)
         deployment_id = client.create_deployment(
             flow_id, DEPLOYMENT_NAME, work_pool_name="dyngen-pool",
-            entrypoint="dyngen/flows/generation_round.py:generation_round")
+            entrypoint=MODULE_ENTRYPOINT)
     try:
         with pytest.raises(ConfigError) as err:
             serve_rounds("ds", {})
@@ -30,7 +49,7 @@ def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_w
         with get_client(sync_client=True) as client:
             kept = client.read_deployment(deployment_id)
         assert kept.work_pool_name == "dyngen-pool"
-        assert kept.entrypoint == "dyngen/flows/generation_round.py:generation_round"
+        assert kept.entrypoint == MODULE_ENTRYPOINT
     finally:
         with get_client(sync_client=True) as client:
             client.delete_deployment(deployment_id)

@@ -1,0 +1,138 @@
+"""A round keeps its dataset's step order through the Prefect server: it gives its place back
+to an earlier step that has not started, goes on after `round.order_wait_seconds`, and a
+deployment's round names its generator."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.exceptions import Abort
+from prefect.flow_engine import run_flow
+from typer.testing import CliRunner
+
+from dyngen.cli import app
+from dyngen.config import round_params
+from dyngen.errors import ConfigError
+from dyngen.flows.generation_round import generation_round
+from dyngen.flows.in_process import run_round
+from dyngen.flows.serve import serve_rounds
+from dyngen.flows.step_order import GAVE_WAY_LABEL, GIVEN_WAY_STATE
+from dyngen.store import Store
+from tests.rows import verl_rows
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+MOCK = {"path": "pkg://dyngen.generators.base", "name": "MockDataGenerator"}
+NEW_ROW = {"path": "pkg://tests.flows.gens", "name": "UsesContext"}
+
+
+@pytest.fixture
+def deployment() -> Iterator[UUID]:
+    """A deployment of the round (its runs are run here with Prefect's engine)."""
+    deployment_id = generation_round.to_deployment(name="step-order-test").apply()
+    yield deployment_id
+    with get_client(sync_client=True) as client:
+        client.delete_deployment(deployment_id)  # and its runs that never ran
+
+
+def params(tmp_path: Path, dataset: str, step: int, datagen: dict[str, Any] | None = None,
+           **round_keys: Any) -> dict[str, Any]:
+    config = round_params({"data": {"datagen": datagen or NEW_ROW}, "round": round_keys},
+                          root=tmp_path / "store")
+    return {"dataset": dataset, "config": config, "trigger": {"step": step}}
+
+
+def create_run(deployment_id: UUID, parameters: dict[str, Any]) -> Any:
+    with get_client(sync_client=True) as client:
+        return client.create_flow_run_from_deployment(deployment_id, parameters=parameters)
+
+
+def run_it(run_id: UUID, parameters: dict[str, Any]) -> Any:
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(run_id)
+    return run_flow(generation_round, flow_run=run, parameters=parameters, return_type="state")
+
+
+def test_a_round_gives_its_place_back_to_an_earlier_step_not_started_and_commits_after_it(
+        tmp_path: Path, deployment: UUID) -> None:
+    store = Store(tmp_path / "store")
+    store.create("gives-way", verl_rows(4))
+    first, second = (params(tmp_path, "gives-way", step) for step in (1, 2))
+    earlier, later = create_run(deployment, first), create_run(deployment, second)
+
+    with pytest.raises(Abort):  # its process ends; a worker runs it again later
+        run_it(later.id, second)
+    with get_client(sync_client=True) as client:
+        put_back = client.read_flow_run(later.id)
+    assert put_back.state.is_scheduled() and put_back.state.name == GIVEN_WAY_STATE
+    assert put_back.next_scheduled_start_time > earlier.expected_start_time
+    assert put_back.labels[GAVE_WAY_LABEL] == "1"
+    assert store.head_version("gives-way") == 0  # nothing done before giving way
+
+    assert run_it(earlier.id, first).is_completed()
+    assert run_it(later.id, second).is_completed()
+    history = store.history("gives-way")[1:]
+    assert [r.lineage["trigger"]["step"] for r in history] == [1, 2]
+    assert history[1].lineage["step_order"]["gave_way"] == 1
+    assert "step_order" not in history[0].lineage  # it had nothing to wait for
+
+
+def test_a_round_goes_on_after_the_bound_and_says_so_in_its_log_and_lineage(
+        tmp_path: Path, deployment: UUID, caplog: pytest.LogCaptureFixture) -> None:
+    store = Store(tmp_path / "store")
+    store.create("bounded", verl_rows(4))
+    create_run(deployment, params(tmp_path, "bounded", 3))  # never runs
+    caplog.set_level(logging.INFO)
+    # Run in this process (not a deployment's run): it waits in place, then goes on.
+    later = params(tmp_path, "bounded", 4, order_wait_seconds=1.5)
+    result = run_round("bounded", config=later["config"], trigger=later["trigger"])
+    assert result["created"]
+    order = store.history("bounded")[-1].lineage["step_order"]
+    assert order["went_ahead_of"] == [3] and order["waited_seconds"] >= 1.5
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("going on before its earlier step(s) [3]" in line
+               and "round.order_wait_seconds=1.5" in line for line in said), said
+
+
+def test_a_later_step_does_not_wait_when_order_wait_seconds_is_zero(
+        tmp_path: Path, deployment: UUID) -> None:
+    store = Store(tmp_path / "store")
+    store.create("unordered", verl_rows(4))
+    create_run(deployment, params(tmp_path, "unordered", 1))
+    later = params(tmp_path, "unordered", 2, order_wait_seconds=0)
+    run_round("unordered", config=later["config"], trigger=later["trigger"])
+    assert "step_order" not in store.history("unordered")[-1].lineage
+
+
+def test_a_deployments_round_naming_no_generator_fails_at_once_saying_where_to_set_it(
+        tmp_path: Path, deployment: UUID) -> None:
+    store = Store(tmp_path / "store")
+    store.create("unnamed", verl_rows(4))
+    given = {"dataset": "unnamed", "config": {"store": {"root": str(store.root)}},
+             "trigger": {"step": 1}}  # prefect.yaml's old `config: {}`, plus the store
+    state = run_it(create_run(deployment, given).id, given)
+    assert state.is_failed()
+    assert "expected data.datagen.path naming the generator" in state.message
+    assert "parameters.config.data.datagen" in state.message
+    assert store.head_version("unnamed") == 0
+    # The mock, named, still runs.
+    mock = params(tmp_path, "unnamed", 2, datagen=MOCK)
+    assert run_it(create_run(deployment, mock).id, mock).is_completed()
+    assert store.history("unnamed")[-1].lineage["generator"]["name"] == "MockDataGenerator"
+
+
+def test_serve_refuses_a_config_naming_no_generator(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="expected data.datagen.path"):
+        serve_rounds("ds", {"store": {"root": str(tmp_path)}})
+    result = CliRunner().invoke(app, ["--root", str(tmp_path), "serve", "--dataset", "ds",
+                                      "data.max_prompt_length=256"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "dyngen serve's config: expected data.datagen.path" in said
+    assert "data.datagen.path=... data.datagen.name=..." in said
