@@ -100,8 +100,9 @@ def round_params(config: DictConfig | Mapping[str, Any] | None = None, *,
     """The generation round's `config` parameter: validated, resolved, plain data.
 
     `root` replaces store.root; `rollouts_dirs` are allowed besides round.rollouts_dirs;
-    `absolute` makes the store root and those folders absolute (for runs started in
-    another folder, as a served round is). The one builder every caller of the round uses.
+    `absolute` makes the store root, those folders and the generator's and filters' file
+    paths absolute (for runs started in another folder, as a served or deployed round is).
+    The one builder every caller of the round uses.
     """
     if config is not None and not isinstance(config, (Mapping, DictConfig)):
         raise ConfigError(f"config: expected a mapping with sections store, data and round, "
@@ -115,6 +116,9 @@ def round_params(config: DictConfig | Mapping[str, Any] | None = None, *,
     if absolute:
         cfg.store.root = absolute_root(cfg.store.root)  # a URL stays as it is
         cfg.round.rollouts_dirs = _absolute_dirs(cfg.round.rollouts_dirs)
+        cfg.data.datagen.path = _absolute_plugin_path(cfg.data.datagen.path)
+        for entry in cfg.round.filters:
+            entry.path = _absolute_plugin_path(entry.path)
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
     return plain
@@ -142,6 +146,15 @@ def tokenizer_path(cfg: DictConfig) -> str | None:
             "or data.filter_overlong_prompts=false."
         )
     return cfg.data.tokenizer
+
+
+def _absolute_plugin_path(path: Any) -> Any:
+    """A plugin's file path (`x.py`, `file://x.py`) made absolute; `pkg://` paths stay."""
+    if not isinstance(path, str) or not path or path.startswith("pkg://"):
+        return path
+    if path.startswith("file://"):
+        return "file://" + os.path.abspath(os.path.expanduser(path[len("file://"):]))
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _absolute_dirs(dirs: Iterable[str]) -> list[str]:

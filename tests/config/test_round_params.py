@@ -40,6 +40,21 @@ def test_round_params_absolute_for_runs_started_elsewhere(
                                                 str(tmp_path / "more")]
 
 
+def test_round_params_absolute_name_plugin_files_from_where_they_were_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served round runs in another folder: `generators/my_gen.py` must still be found."""
+    monkeypatch.chdir(tmp_path)
+    params = round_params(overrides=["data.datagen.path=generators/my_gen.py",
+                                     "data.datagen.name=MyGen"], absolute=True)
+    assert params["data"]["datagen"]["path"] == str(tmp_path / "generators" / "my_gen.py")
+    params = round_params(overrides=["data.datagen.path=file://gens/g.py",
+                                     "data.datagen.name=G"], absolute=True)
+    assert params["data"]["datagen"]["path"] == "file://" + str(tmp_path / "gens" / "g.py")
+    builtin = round_params(overrides=["data.datagen.path=pkg://dyngen.generators.arithmetic",
+                                      "data.datagen.name=ArithmeticCurriculum"], absolute=True)
+    assert builtin["data"]["datagen"]["path"] == "pkg://dyngen.generators.arithmetic"
+
+
 def test_round_params_refuse_a_config_that_is_not_a_mapping() -> None:
     with pytest.raises(ConfigError, match="config: expected a mapping with sections store, "
                                           "data and round, found list"):
