@@ -61,11 +61,27 @@ def to_table(rows: Rows) -> pa.Table:
     if isinstance(rows, Mapping):
         return pa.table(dict(rows))
     if isinstance(rows, list):
-        return pa.Table.from_pylist(rows)
+        return table_from_dicts(rows)
     raise TypeError(
         "rows must be a datasets.Dataset, pyarrow.Table, list of dicts or dict of lists; "
         f"found {type(rows).__name__}"
     )
+
+
+def table_from_dicts(rows: list[Mapping[str, Any]]) -> pa.Table:
+    """Rows given as dicts as a table whose columns are every key of every row, in the
+    order first seen; a row without a key holds null there.
+
+    `pa.Table.from_pylist` (and `datasets.Dataset.from_list`) take the columns from the
+    first row alone and silently drop every other row's extra keys.
+    """
+    names: dict[str, None] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"rows given as a list must be dicts; row {i} is a "
+                            f"{type(row).__name__}")
+        names.update(dict.fromkeys(row))
+    return pa.table({name: [row.get(name) for row in rows] for name in names})
 
 
 def with_provenance(table: pa.Table, version: int, round_id: str | None,
