@@ -117,6 +117,15 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             f"{EVOLVING_COLUMN}); drop or rename those fields, or move them into "
             f"{EVOLVING_COLUMN}."
         )
+    for fld in schema:
+        src = table.schema.field(fld.name).type if fld.name in table.column_names else None
+        changed = [] if src is None else _changed_kinds(src, fld.type, fld.name)
+        if changed:
+            raise SchemaMismatchError(
+                f"column {fld.name!r}: expected {fld.type}, found {src} ({'; '.join(changed)})."
+                " The store converts no value between text, numbers and booleans (\"7\" is "
+                "not stored as 7, nor 3 as \"3\"): give each field the dataset's type."
+            )
     columns = []
     for fld in schema:
         if fld.name not in table.column_names:
@@ -180,6 +189,44 @@ def _dropped_fields(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
     if is_list(src) and is_list(dst):
         return _dropped_fields(src.value_type, dst.value_type, f"{path}[]")
     return []
+
+
+def _changed_kinds(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
+    """Where a cast from `src` to `dst` would change what a value is, not only its width.
+
+    Kept: nulls into any type, integers into wider integers or floats, floats into floats,
+    text and binary between their offset widths, struct fields reordered or missing, and
+    lists between their offset widths; each nested field by the same rules.
+    """
+    if src == dst or pa.types.is_null(src):
+        return []
+    if pa.types.is_struct(src) and pa.types.is_struct(dst):
+        inner = {dst.field(i).name: dst.field(i).type for i in range(dst.num_fields)}
+        return [m for i in range(src.num_fields) if src.field(i).name in inner
+                for m in _changed_kinds(src.field(i).type, inner[src.field(i).name],
+                                        f"{path}.{src.field(i).name}")]
+    if is_list(src) and is_list(dst):
+        return _changed_kinds(src.value_type, dst.value_type, f"{path}[]")
+    if pa.types.is_dictionary(src):
+        return _changed_kinds(src.value_type, dst, path)
+    same = [(pa.types.is_integer, (pa.types.is_integer, pa.types.is_floating)),
+            (pa.types.is_floating, (pa.types.is_floating,)),
+            (_is_text, (_is_text,)), (_is_binary, (_is_binary,)),
+            (pa.types.is_boolean, (pa.types.is_boolean,)),
+            (pa.types.is_timestamp, (pa.types.is_timestamp,)),
+            (pa.types.is_date, (pa.types.is_date,)),
+            (pa.types.is_decimal, (pa.types.is_decimal,))]
+    if any(is_src(src) and any(ok(dst) for ok in into) for is_src, into in same):
+        return []
+    return [f"{path} is {src}, the dataset's is {dst}"]
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
 
 
 def is_list(t: pa.DataType) -> bool:

@@ -13,7 +13,7 @@ from dyngen.filters import SchemaFilter, run_filters
 from dyngen.rows import rows_from_output
 from dyngen.store import Store, verify
 from dyngen.store.shards import schema_from_json
-from tests.rows import verl_row, verl_rows
+from tests.rows import verl_row, verl_row_with, verl_rows
 
 PARTIAL = {"data_source": "d", "prompt": [{"role": "user", "content": "Only a prompt"}]}
 
@@ -68,3 +68,26 @@ def test_a_generator_returning_nothing_is_told_to_return_its_list_of_rows() -> N
         rows_from_output(None, "Gen")
     assert "the list of row dicts itself" in str(err.value)
     assert "would keep only the columns of the first row" in str(err.value)
+
+
+@pytest.mark.parametrize("change,column", [
+    ({"extra_info.index": "7"}, "extra_info.index is string, the dataset's is int64"),
+    ({"data_source": 3}, "data_source is int64, the dataset's is string"),
+    ({"extra_info.index": 2.5}, "extra_info.index is double, the dataset's is int64"),
+])
+def test_a_value_of_another_kind_is_refused_not_converted(tmp_path: Path, change: dict,
+                                                           column: str) -> None:
+    store = Store(tmp_path)
+    store.create("ds", verl_rows(1))
+    with pytest.raises(SchemaMismatchError) as err:
+        store.append("ds", [verl_row_with(1, **change)])
+    assert column in str(err.value) and "converts no value" in str(err.value)
+    assert Store(tmp_path).head_version("ds") == 0
+
+
+def test_value_keeping_casts_are_made(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.create("ds", [verl_row_with(0, extra_info={"index": 0, "score": 0.5})])
+    row = verl_row_with(1, extra_info={"score": 2, "index": 1})  # an int into a float
+    store.append("ds", [row], compact=False)
+    assert Store(tmp_path).load("ds")["extra_info"][1] == {"index": 1, "score": 2.0}
