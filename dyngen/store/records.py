@@ -207,6 +207,9 @@ class VersionRecord(LogEntry):
     """A committed dataset version: its record, plus the full list of its data shards."""
 
     shards: tuple[ShardInfo, ...] = ()
+    # Set by `Store.append` only: the `compact` versions its automatic compaction committed
+    # right after this one (not part of the record on disk, nor of equality).
+    compactions: tuple[int, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(cls, entry: LogEntry, shards: tuple[ShardInfo, ...]) -> VersionRecord:
