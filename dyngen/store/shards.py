@@ -81,7 +81,16 @@ def table_from_dicts(rows: list[Mapping[str, Any]]) -> pa.Table:
             raise TypeError(f"rows given as a list must be dicts; row {i} is a "
                             f"{type(row).__name__}")
         names.update(dict.fromkeys(row))
-    return pa.table({name: [row.get(name) for row in rows] for name in names})
+    columns = {}
+    for name in names:
+        try:
+            columns[name] = pa.array([row.get(name) for row in rows])
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise SchemaMismatchError(
+                f"column {name!r} holds values of different kinds in different rows ({exc}); "
+                "give the field one type in every row."
+            ) from exc
+    return pa.table(columns) if columns else pa.table({})
 
 
 def with_provenance(table: pa.Table, version: int, round_id: str | None,
