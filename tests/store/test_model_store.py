@@ -13,13 +13,14 @@ Bounded for CI: a few dozen examples on a local folder and `memory://`, fewer on
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -187,9 +188,14 @@ def store_machine(open_store: Callable[..., Store]) -> type[RuleBasedStateMachin
 
 
 def run(machine: type[RuleBasedStateMachine], examples: int, steps: int) -> None:
+    """Run `examples` random programs of up to `steps` steps (no shrinking with
+    DYNGEN_MODEL_NO_SHRINK=1: a failure then reports its unshrunk program at once)."""
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+    if not os.environ.get("DYNGEN_MODEL_NO_SHRINK"):
+        phases.append(Phase.shrink)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None,
-        suppress_health_check=list(HealthCheck), derandomize=False, database=None))
+        max_examples=examples, stateful_step_count=steps, deadline=None, phases=phases,
+        suppress_health_check=list(HealthCheck), database=None))
 
 
 def local_roots(tmp_path: Path) -> Callable[[], Callable[..., Store]]:
@@ -200,7 +206,7 @@ def local_roots(tmp_path: Path) -> Callable[[], Callable[..., Store]]:
 
 
 def test_the_store_on_a_local_folder_matches_the_model(tmp_path: Path) -> None:
-    run(store_machine(local_roots(tmp_path)), examples=3, steps=12)
+    run(store_machine(local_roots(tmp_path)), examples=10, steps=12)
 
 
 def test_the_store_on_memory_matches_the_model(tmp_path: Path) -> None:
