@@ -62,6 +62,7 @@ class Version:
     rows: tuple[tuple[int, dict[str, Any], str | None], ...]
     fields: tuple[str, ...]
     operation: str
+    rejected: tuple[dict[str, str], ...] = ()  # the quarantine: every round's, so far
 
 
 @dataclass
@@ -81,8 +82,8 @@ class Model:
         self.versions.append(Version(tuple((0, r, "import") for r in rows),
                                      self._widen(BASE_FIELDS, rows), "create"))
 
-    def append(self, rows: list[dict[str, Any]], key: str | None,
-               generator: str | None) -> int:
+    def append(self, rows: list[dict[str, Any]], key: str | None, generator: str | None,
+               rejected: list[dict[str, str]] | None = None) -> int:
         """The version the append lands as (an existing one for a committed key)."""
         if key is not None and key in self.keys:
             return self.keys[key]
@@ -90,7 +91,7 @@ class Model:
         version = self.head + 1
         added = tuple((version, r, None) for r in rows)
         self.versions.append(Version(parent.rows + added, self._widen(parent.fields, rows),
-                                     "append"))
+                                     "append", parent.rejected + tuple(rejected or ())))
         self._keyed(key, version)
         if generator is not None:
             self.generators[generator] = version
@@ -101,15 +102,16 @@ class Model:
             return self.keys[key]
         if old < self.expired_before:
             raise VersionVacuumedError(f"model: version {old} is expired")
-        source = self.versions[old]
-        self.versions.append(Version(source.rows, source.fields, "restore"))
+        source = self.versions[old]  # its rows; the quarantine stays the parent's
+        self.versions.append(Version(source.rows, source.fields, "restore",
+                                     self.versions[-1].rejected))
         self._keyed(key, self.head)
         return self.head
 
     def same_rows(self, operation: str) -> None:
         """A compact or vacuum version: the head's rows and fields, unchanged."""
         head = self.versions[-1]
-        self.versions.append(Version(head.rows, head.fields, operation))
+        self.versions.append(Version(head.rows, head.fields, operation, head.rejected))
 
     def boundary(self, keep_versions: int | None, keep_days: float | None) -> int:
         """The oldest version a vacuum with these rules keeps loadable."""
@@ -173,6 +175,8 @@ def check(model: Model, store: Store, name: str, *, every_version: bool = True) 
                 store.load(name, version)
             with pytest.raises(VersionVacuumedError):
                 store.to_arrow(name, version)
+            with pytest.raises(VersionVacuumedError):
+                store.load_rejected(name, version)
             continue
         expected = model.expected_rows(version)
         ds = store.load(name, version)
@@ -181,6 +185,8 @@ def check(model: Model, store: Store, name: str, *, every_version: bool = True) 
         assert ds.to_list() == expected, f"version {version}"
         assert store.to_arrow(name, version).to_pylist() == expected, f"version {version}"
         assert store.record(name, version).rows == len(expected)
+        assert store.load_rejected(name, version).to_list() == list(
+            model.versions[version].rejected), f"quarantine of version {version}"
 
 
 def check_maintenance(store: Store, name: str) -> None:

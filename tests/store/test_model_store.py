@@ -65,6 +65,7 @@ def store_machine(open_store: Callable[..., Store]) -> type[RuleBasedStateMachin
             super().__init__()
             self.opener = open_store()  # a new root for this example
             self.writer = self.opener()
+            self.reader = self.opener()  # long-lived: it reads what the writer commits
             self.model = Model()
             self.next_index = 0
 
@@ -84,14 +85,18 @@ def store_machine(open_store: Callable[..., Store]) -> type[RuleBasedStateMachin
         @rule(specs=row_specs, form=st.sampled_from(FORMS),
               key=st.none() | st.sampled_from(KEYS),
               generator=st.none() | st.sampled_from(GENERATORS),
-              compact=st.sampled_from([False, True, SMALL]))
+              compact=st.sampled_from([False, True, SMALL]),
+              rejected=st.lists(st.sampled_from(["duplicate", "schema"]), max_size=2))
         def append(self, specs: list, form: str, key: str | None, generator: str | None,
-                   compact: Any) -> None:
+                   compact: Any, rejected: list[str]) -> None:
             rows = self.rows(specs)
             lineage = {"generator": {"class": generator}} if generator else None
+            quarantined = [{"reason": r, "detail": f"d{self.next_index}", "row": "{}"}
+                           for r in rejected]
             record = self.writer.append(NAME, as_form(rows, form), idempotency_key=key,
-                                        lineage=lineage, compact=compact)
-            assert record.version == self.model.append(rows, key, generator)
+                                        lineage=lineage, compact=compact,
+                                        rejected=quarantined or None)
+            assert record.version == self.model.append(rows, key, generator, quarantined)
             self._compacted(record.compactions)
 
         @rule(bad=st.sampled_from(["column", "kind"]), form=st.sampled_from(FORMS))
@@ -175,6 +180,12 @@ def store_machine(open_store: Callable[..., Store]) -> type[RuleBasedStateMachin
         def writer_agrees(self) -> None:
             if self.model.versions:  # its head; every version from a fresh Store below
                 check(self.model, self.writer, NAME, every_version=False)
+
+        @invariant()
+        def long_lived_reader_agrees(self) -> None:
+            if self.model.versions:
+                check(self.model, self.reader, NAME, every_version=False)
+                assert self.reader.state(NAME) == self.writer.state(NAME)
 
         @invariant()
         def fresh_store_agrees(self) -> None:
