@@ -126,7 +126,10 @@ class Model:
                 version -= 1
             keep.append(version)
         if keep_days is not None:  # the suite uses 0 days (only the head) or a year (all)
-            keep.append(self.head if keep_days == 0 else 0)
+            version = self.head if keep_days == 0 else 0
+            while version > 0 and self.versions[version].operation == "vacuum":
+                version -= 1  # a vacuum changes no row: the data version under it is kept
+            keep.append(version)
         return max(0, min(keep))
 
     def _keyed(self, key: str | None, version: int) -> None:
