@@ -73,6 +73,8 @@ class Model:
     keys: dict[str, int] = field(default_factory=dict)
     generators: dict[str, int] = field(default_factory=dict)
     expired_before: int = 0
+    # Each version's running state: (retention's expired_before, generators' versions).
+    running: list[tuple[int, dict[str, int]]] = field(default_factory=list)
 
     @property
     def head(self) -> int:
@@ -81,6 +83,7 @@ class Model:
     def create(self, rows: list[dict[str, Any]]) -> None:
         self.versions.append(Version(tuple((0, r, "import") for r in rows),
                                      self._widen(BASE_FIELDS, rows), "create"))
+        self._stamp()
 
     def append(self, rows: list[dict[str, Any]], key: str | None, generator: str | None,
                rejected: list[dict[str, str]] | None = None) -> int:
@@ -95,6 +98,7 @@ class Model:
         self._keyed(key, version)
         if generator is not None:
             self.generators[generator] = version
+        self._stamp()
         return version
 
     def restore(self, old: int, key: str | None) -> int:
@@ -106,12 +110,17 @@ class Model:
         self.versions.append(Version(source.rows, source.fields, "restore",
                                      self.versions[-1].rejected))
         self._keyed(key, self.head)
+        self._stamp()
         return self.head
 
     def same_rows(self, operation: str) -> None:
         """A compact or vacuum version: the head's rows and fields, unchanged."""
         head = self.versions[-1]
         self.versions.append(Version(head.rows, head.fields, operation, head.rejected))
+        self._stamp()
+
+    def _stamp(self) -> None:
+        self.running.append((self.expired_before, dict(self.generators)))
 
     def boundary(self, keep_versions: int | None, keep_days: float | None) -> int:
         """The oldest version a vacuum with these rules keeps loadable."""
@@ -188,6 +197,12 @@ def check(model: Model, store: Store, name: str, *, every_version: bool = True) 
         assert ds.to_list() == expected, f"version {version}"
         assert store.to_arrow(name, version).to_pylist() == expected, f"version {version}"
         assert store.record(name, version).rows == len(expected)
+        expired, generators = model.running[version]
+        old = store.state(name, version)
+        assert (old.expired_before, dict(old.generators)) == (expired, generators)
+        restored = any(model.versions[v].operation == "restore"
+                       for v in range(version + 1, model.head + 1))
+        assert store.extends(name, version, model.head) is not restored
         assert store.load_rejected(name, version).to_list() == list(
             model.versions[version].rejected), f"quarantine of version {version}"
 

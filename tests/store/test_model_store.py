@@ -156,8 +156,8 @@ def store_machine(open_store: Callable[..., Store]) -> type[RuleBasedStateMachin
             if boundary > self.model.expired_before and not dry_run:
                 assert result.record is not None
                 assert result.record.version == self.model.head + 1
-                self.model.same_rows("vacuum")
                 self.model.expired_before = boundary
+                self.model.same_rows("vacuum")
             else:
                 assert result.record is None
             assert result.expired_before == max(boundary, self.model.expired_before)
