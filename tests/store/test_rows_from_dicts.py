@@ -99,3 +99,15 @@ def test_a_field_of_different_kinds_across_rows_is_refused_naming_it(tmp_path: P
     rows = [verl_row(1), verl_row_with(2, ability=7)]
     with pytest.raises(SchemaMismatchError, match="column 'ability' holds values of different"):
         store.append("ds", rows)
+
+
+def test_the_built_in_generators_rows_keep_every_rows_keys() -> None:
+    import datasets
+
+    from dyngen.generators.schema import rows_as_dataset
+
+    first = verl_row(1)
+    del first["ability"]
+    ds = rows_as_dataset([first, verl_row(2)], datasets.Dataset.from_list(verl_rows(1)),
+                         {}, fit_schema=False)
+    assert ds["ability"] == [None, "math"]
