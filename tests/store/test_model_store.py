@@ -116,15 +116,21 @@ def store_machine(open_store: Callable[..., Store]) -> type[RuleBasedStateMachin
             written = {f for s in pending.new_shards for f in s.files}
             assert set(gc(self.opener(), NAME, grace_seconds=0)) == written
 
-        @rule(specs=row_specs, other=row_specs)
-        def conflicting_append(self, specs: list, other: list) -> None:
-            """Another writer commits first: the commit conflicts, then lands rebased."""
+        @rule(specs=row_specs, other=row_specs, compaction=st.booleans())
+        def conflicting_append(self, specs: list, other: list, compaction: bool) -> None:
+            """Another writer commits first (an append, or a compaction that may find
+            nothing to do): the commit conflicts, then lands rebased."""
             mine, theirs = self.rows(specs), self.rows(other)
             pending = self.writer.prepare_append(NAME, mine)
-            self.opener().append(NAME, theirs, compact=False)
-            self.model.append(theirs, None, None)
-            with pytest.raises(CommitConflictError):
-                self.writer.commit(pending)
+            if compaction:
+                made = self.opener().compact(NAME, full=True)
+                self._compacted(tuple(r.version for r in made))
+            else:
+                self.opener().append(NAME, theirs, compact=False)
+                self.model.append(theirs, None, None)
+            if pending.parent != self.model.head:
+                with pytest.raises(CommitConflictError):
+                    self.writer.commit(pending)
             record = self.writer.commit_with_rebase(self.writer.rebase(pending))
             assert record.version == self.model.append(mine, None, None)
 
