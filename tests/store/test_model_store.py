@@ -187,6 +187,12 @@ def store_machine(open_store: Callable[..., Store]) -> type[RuleBasedStateMachin
             if self.model.versions:  # its head; every version from a fresh Store below
                 check(self.model, self.writer, NAME, every_version=False)
 
+        def teardown(self) -> None:
+            """At the end of each program, every version through the writer's caches too."""
+            if self.model.versions:
+                check(self.model, self.writer, NAME)
+                check(self.model, self.reader, NAME)
+
         @invariant()
         def long_lived_reader_agrees(self) -> None:
             if self.model.versions:
