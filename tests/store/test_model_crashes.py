@@ -80,7 +80,14 @@ def killed_writer(root: Path, operation: str, *, point: str | None = None,
     if delay is not None:
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + 120  # a child that hangs is a failure, not a stuck suite
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the writer running {operation} hung")
+        time.sleep(0.01)
+    status = done[1]
     died = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     assert died or (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0), status
     return died
