@@ -90,7 +90,7 @@ def table_from_dicts(rows: list[Mapping[str, Any]]) -> pa.Table:
                 f"column {name!r} holds values of different kinds in different rows ({exc}); "
                 "give the field one type in every row."
             ) from exc
-    return pa.table(columns) if columns else pa.table({})
+    return pa.table(columns)
 
 
 def with_provenance(table: pa.Table, version: int, round_id: str | None,
