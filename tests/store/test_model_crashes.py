@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dyngen.faults import CRASH_ENV, CRASH_POINTS, STORE_CRASH_POINTS
@@ -145,5 +145,6 @@ def test_a_writer_killed_at_a_random_moment(tmp_path_factory: pytest.TempPathFac
                                             operation: str, delay: float) -> None:
     root = tmp_path_factory.mktemp("crash")
     build(root)
-    killed_writer(root, operation, delay=delay)
+    died = killed_writer(root, operation, delay=delay)
+    event(f"{operation}: {'killed' if died else 'finished first'}")  # --hypothesis-show-statistics
     check_after_crash(root, operation)
