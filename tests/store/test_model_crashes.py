@@ -140,7 +140,7 @@ def test_a_writer_killed_at_each_crash_point(tmp_path: Path, point: str) -> None
 
 @settings(max_examples=16, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(operation=st.sampled_from(sorted(OUTCOME)), delay=st.floats(0, 0.4))
+@given(operation=st.sampled_from(sorted(OUTCOME)), delay=st.floats(0, 0.12))
 def test_a_writer_killed_at_a_random_moment(tmp_path_factory: pytest.TempPathFactory,
                                             operation: str, delay: float) -> None:
     root = tmp_path_factory.mktemp("crash")

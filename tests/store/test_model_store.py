@@ -248,7 +248,7 @@ def test_the_store_on_memory_matches_the_model(tmp_path: Path) -> None:
         return lambda **kw: Store(root, cache_dir=tmp_path / "cache", **kw)
 
     try:
-        run(store_machine(new_root), examples=8, steps=10)
+        run(store_machine(new_root), examples=6, steps=10)
     finally:
         memory = fsspec.filesystem("memory")
         if memory.exists(base):
@@ -263,4 +263,4 @@ def test_the_store_on_s3_matches_the_model(tmp_path: Path, s3_endpoint: str) -> 
         return lambda **kw: Store(root, storage_options=options, cache_dir=tmp_path / "cache",
                                   **kw)
 
-    run(store_machine(new_root), examples=2, steps=6)
+    run(store_machine(new_root), examples=2, steps=5)
