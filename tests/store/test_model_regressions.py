@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from dyngen.errors import SchemaMismatchError
 from dyngen.store import Store, verify
-from tests.rows import verl_rows
+from tests.rows import verl_row, verl_row_with, verl_rows
 
 
 def test_rerunning_a_vacuum_by_days_commits_no_second_version(tmp_path: Path) -> None:
@@ -23,3 +26,17 @@ def test_rerunning_a_vacuum_by_days_commits_no_second_version(tmp_path: Path) ->
     assert Store(tmp_path).head_version("ds") == 2
     assert Store(tmp_path).load("ds", 1).num_rows == 2  # the data version stays loadable
     assert verify(store, "ds") == []
+
+
+def test_a_field_of_different_kinds_across_rows_is_refused_naming_it(tmp_path: Path) -> None:
+    # Found as: create, then append [good row, row with extra_info.index "seven"] as dicts:
+    # a raw pyarrow ArrowInvalid naming no column, not the store's SchemaMismatchError.
+    store = Store(tmp_path)
+    store.create("ds", verl_rows(1))
+    for bad, column in ((verl_row_with(2, **{"extra_info.index": "seven"}), "extra_info"),
+                        (verl_row_with(2, ability=7), "ability")):
+        with pytest.raises(SchemaMismatchError,
+                           match=f"column '{column}' holds values of different kinds"):
+            store.append("ds", [verl_row(1), bad])
+    assert Store(tmp_path).head_version("ds") == 0
+

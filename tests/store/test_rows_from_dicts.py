@@ -93,14 +93,6 @@ def test_value_keeping_casts_are_made(tmp_path: Path) -> None:
     assert Store(tmp_path).load("ds")["extra_info"][1] == {"index": 1, "score": 2.0}
 
 
-def test_a_field_of_different_kinds_across_rows_is_refused_naming_it(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    store.create("ds", verl_rows(1))
-    rows = [verl_row(1), verl_row_with(2, ability=7)]
-    with pytest.raises(SchemaMismatchError, match="column 'ability' holds values of different"):
-        store.append("ds", rows)
-
-
 def test_the_built_in_generators_rows_keep_every_rows_keys() -> None:
     import datasets
 
