@@ -126,5 +126,7 @@ def rows_from_output(result: Any, generator: str) -> RowBatch:
             "(a dict of equal-length column lists is also accepted)."
         )
     shown = "None" if result is None else f"a {type(result).__name__}"
-    raise GeneratorOutputError(f"generator {generator} returned {shown}; {expected}. "
-                               "Return only the new rows, e.g. datasets.Dataset.from_list(rows).")
+    raise GeneratorOutputError(
+        f"generator {generator} returned {shown}; {expected}. Return only the new rows, e.g. "
+        "the list of row dicts itself (datasets.Dataset.from_list(rows) would keep only the "
+        "columns of the first row).")

@@ -24,7 +24,7 @@ from dyngen.rows import Row, RowBatch
 from dyngen.store import PROVENANCE_COLUMNS
 
 # One test of list types for the store and this filter (the store's, which writes them).
-from dyngen.store.shards import conform, is_list
+from dyngen.store.shards import conform, is_list, table_from_dicts
 
 # Far above any prompt a model trains on (a 128k-token context is well under 1 MiB of
 # text), yet small enough that one junk row cannot stall a round: tokenizing 20 MB of
@@ -127,7 +127,7 @@ class SchemaFilter(RowFilter):
         """The rows as one table in the dataset's schema, or why they do not fit it."""
         clean = [{k: v for k, v in r.items() if k not in PROVENANCE_COLUMNS} for r in rows]
         try:
-            return conform(pa.Table.from_pylist(_stringify_truth(clean, self.schema)),
+            return conform(table_from_dicts(_stringify_truth(clean, self.schema)),
                            self.schema)
         except UnicodeEncodeError as exc:
             bad = exc.object[exc.start:exc.end] if isinstance(exc.object, str) else "?"

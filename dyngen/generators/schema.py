@@ -22,8 +22,9 @@ def rows_as_dataset(new: list[dict[str, Any]], rows: datasets.Dataset,
     feats = rows.features
     extra = feats.get("extra_info")
     if not fit_schema or not isinstance(extra, dict):
-        columns = list(new[0]) if new else [*ROW_COLUMNS]
-        return datasets.Dataset.from_dict({c: [r[c] for r in new] for c in columns})
+        # Every row's keys, in the order first seen: not only the first row's.
+        columns = list(dict.fromkeys(k for r in new for k in r)) if new else [*ROW_COLUMNS]
+        return datasets.Dataset.from_dict({c: [r.get(c) for r in new] for c in columns})
     # A provenance field the dataset declares keeps its declared type.
     extra = {**extra, **{f: t for f, t in provenance.items() if f not in extra}}
     columns = [c for c in feats if not c.startswith("_dyngen_")]

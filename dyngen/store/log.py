@@ -128,13 +128,20 @@ class VersionLog:
 
     # ---- states -------------------------------------------------------------------
     def state(self, version: int) -> LogState:
-        """The full state of a version: a checkpoint (or a cached state) plus replay."""
+        """The full state of a version: a checkpoint (or a cached state) plus replay.
+
+        A restore sets the shards, but the running state (retention, generators) comes
+        from its parent like any record's, so replay goes on through it. Only over damage
+        does a restore start afresh: a record that cannot be read or applied leaves the
+        state unknown until the next restore, which states its shards in full.
+        """
         cached = self._states.get(version)
         if cached is not None:
             self._states.move_to_end(version)
             return cached
         base = self._states.get(version - 1)
         chain: list[LogEntry] = []
+        damage: Exception | None = None
         if base is None:
             checkpoint = self.newest_checkpoint(version)
             stop = checkpoint.version if checkpoint is not None else -1
@@ -144,19 +151,31 @@ class VersionLog:
                 if k in self._states:
                     base = self._states[k]
                     break
-                entry = self.entry(k)
-                chain.append(entry)
-                if entry.snapshot is not None and entry.snapshot.quarantine is not None:
-                    base = None  # a restore states everything: nothing older is needed
+                try:
+                    entry = self.entry(k)
+                except (CorruptionError, OSError) as exc:
+                    if not any(_self_contained(e) for e in chain):
+                        raise
+                    base, damage = None, exc
                     break
+                chain.append(entry)
                 k -= 1
         else:
             chain.append(self.entry(version))
+        state, known = base, damage is None
         for entry in reversed(chain):
-            base = apply(base, entry)
-        assert base is not None
-        self.keep_state(base)
-        return base
+            if not known and not _self_contained(entry):
+                continue  # after damage, nothing is known until a restore
+            try:
+                state, known = apply(state if known else None, entry), True
+            except CorruptionError as exc:
+                known, damage = False, exc
+        if not known:
+            assert damage is not None
+            raise damage
+        assert state is not None
+        self.keep_state(state)
+        return state
 
     def keep_state(self, state: LogState) -> None:
         """Cache a state (the newest few: the next version's is one record away)."""
@@ -278,6 +297,11 @@ class VersionLog:
             if entry.idempotency_key == key:
                 return entry
         return None
+
+
+def _self_contained(entry: LogEntry) -> bool:
+    """Whether a record states its whole shard lists (a restore), so it reads over damage."""
+    return entry.snapshot is not None and entry.snapshot.quarantine is not None
 
 
 def _keep(cache: OrderedDict[int, Any], key: int, value: Any, limit: int) -> None:

@@ -3,7 +3,8 @@
 A record (format 2) holds only its version's change: the shards it adds, the shard
 paths it removes (compaction, restore), the quarantine shards of its round, its parent,
 operation, row count, schema and lineage. A restore's record also carries the whole
-state it sets, so reading it needs nothing older. Records of format 1 (dyngen before
+shard lists it sets, so it reads even over a damaged parent; its retention and generator
+state carry on from its parent like any record's. Records of format 1 (dyngen before
 the linear log) list every shard of their version and are read as that state.
 """
 
@@ -207,6 +208,9 @@ class VersionRecord(LogEntry):
     """A committed dataset version: its record, plus the full list of its data shards."""
 
     shards: tuple[ShardInfo, ...] = ()
+    # Set by `Store.append` only: the `compact` versions its automatic compaction committed
+    # right after this one (not part of the record on disk, nor of equality).
+    compactions: tuple[int, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(cls, entry: LogEntry, shards: tuple[ShardInfo, ...]) -> VersionRecord:

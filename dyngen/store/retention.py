@@ -87,8 +87,18 @@ def expiry_boundary(store: StoreReader, name: str, head: int, keep_versions: int
     """The oldest version to keep loadable: the oldest that either rule keeps."""
     keep = [_newest_but_vacuums(store, name, head, keep_versions)] if keep_versions else []
     if keep_days is not None:
-        keep.append(_head_since(store, name, head, now - keep_days * _SECONDS_PER_DAY))
+        since = _head_since(store, name, head, now - keep_days * _SECONDS_PER_DAY)
+        keep.append(_below_vacuums(store, name, since))
     return max(0, min(keep))
+
+
+def _below_vacuums(store: StoreReader, name: str, version: int) -> int:
+    """The newest version at or below `version` that is not a vacuum: a vacuum changes no
+    row, so a rerun (a vacuum now the head) moves the boundary no further."""
+    log = store.log(name)
+    while version > 0 and log.entry(version).operation == "vacuum":
+        version -= 1
+    return version
 
 
 def protected_from(store: StoreReader, name: str, expired_before: int, grace: float,

@@ -61,11 +61,36 @@ def to_table(rows: Rows) -> pa.Table:
     if isinstance(rows, Mapping):
         return pa.table(dict(rows))
     if isinstance(rows, list):
-        return pa.Table.from_pylist(rows)
+        return table_from_dicts(rows)
     raise TypeError(
         "rows must be a datasets.Dataset, pyarrow.Table, list of dicts or dict of lists; "
         f"found {type(rows).__name__}"
     )
+
+
+def table_from_dicts(rows: list[Mapping[str, Any]]) -> pa.Table:
+    """Rows given as dicts as a table whose columns are every key of every row, in the
+    order first seen; a row without a key holds null there.
+
+    `pa.Table.from_pylist` (and `datasets.Dataset.from_list`) take the columns from the
+    first row alone and silently drop every other row's extra keys.
+    """
+    names: dict[str, None] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"rows given as a list must be dicts; row {i} is a "
+                            f"{type(row).__name__}")
+        names.update(dict.fromkeys(row))
+    columns = {}
+    for name in names:
+        try:
+            columns[name] = pa.array([row.get(name) for row in rows])
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise SchemaMismatchError(
+                f"column {name!r} holds values of different kinds in different rows ({exc}); "
+                "give the field one type in every row."
+            ) from exc
+    return pa.table(columns)
 
 
 def with_provenance(table: pa.Table, version: int, round_id: str | None,
@@ -101,6 +126,15 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             f"{EVOLVING_COLUMN}); drop or rename those fields, or move them into "
             f"{EVOLVING_COLUMN}."
         )
+    for fld in schema:
+        src = table.schema.field(fld.name).type if fld.name in table.column_names else None
+        changed = [] if src is None else _changed_kinds(src, fld.type, fld.name)
+        if changed:
+            raise SchemaMismatchError(
+                f"column {fld.name!r}: expected {fld.type}, found {src} ({'; '.join(changed)})."
+                " The store converts no value between text, numbers and booleans (\"7\" is "
+                "not stored as 7, nor 3 as \"3\"): give each field the dataset's type."
+            )
     columns = []
     for fld in schema:
         if fld.name not in table.column_names:
@@ -164,6 +198,44 @@ def _dropped_fields(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
     if is_list(src) and is_list(dst):
         return _dropped_fields(src.value_type, dst.value_type, f"{path}[]")
     return []
+
+
+def _changed_kinds(src: pa.DataType, dst: pa.DataType, path: str) -> list[str]:
+    """Where a cast from `src` to `dst` would change what a value is, not only its width.
+
+    Kept: nulls into any type, integers into wider integers or floats, floats into floats,
+    text and binary between their offset widths, struct fields reordered or missing, and
+    lists between their offset widths; each nested field by the same rules.
+    """
+    if src == dst or pa.types.is_null(src):
+        return []
+    if pa.types.is_struct(src) and pa.types.is_struct(dst):
+        inner = {dst.field(i).name: dst.field(i).type for i in range(dst.num_fields)}
+        return [m for i in range(src.num_fields) if src.field(i).name in inner
+                for m in _changed_kinds(src.field(i).type, inner[src.field(i).name],
+                                        f"{path}.{src.field(i).name}")]
+    if is_list(src) and is_list(dst):
+        return _changed_kinds(src.value_type, dst.value_type, f"{path}[]")
+    if pa.types.is_dictionary(src):
+        return _changed_kinds(src.value_type, dst, path)
+    same = [(pa.types.is_integer, (pa.types.is_integer, pa.types.is_floating)),
+            (pa.types.is_floating, (pa.types.is_floating,)),
+            (_is_text, (_is_text,)), (_is_binary, (_is_binary,)),
+            (pa.types.is_boolean, (pa.types.is_boolean,)),
+            (pa.types.is_timestamp, (pa.types.is_timestamp,)),
+            (pa.types.is_date, (pa.types.is_date,)),
+            (pa.types.is_decimal, (pa.types.is_decimal,))]
+    if any(is_src(src) and any(ok(dst) for ok in into) for is_src, into in same):
+        return []
+    return [f"{path} is {src}, the dataset's is {dst}"]
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t)
 
 
 def is_list(t: pa.DataType) -> bool:

@@ -201,29 +201,45 @@ class Store(StoreReader):
                 pending = self.rebase(pending)
         raise AssertionError("unreachable")
 
-    def append(self, name: str, rows: sh.Rows, *, compact: bool | CompactionPolicy = True,
-               **kwargs: Any) -> VersionRecord:
+    def append(self, name: str, rows: sh.Rows, *, rejected: sh.Rows | None = None,
+               idempotency_key: str | None = None, lineage: dict[str, Any] | None = None,
+               compact: bool | CompactionPolicy = True, round_id: str | None = None,
+               generator: str | None = None,
+               index: LshParams | None = DEFAULT_INDEX) -> VersionRecord:
         """Append rows as a new version, rebasing over concurrent commits; returns its record.
+
+        `rows` and `rejected` (quarantined rows, each with a `reason`): a datasets.Dataset,
+        an Arrow table, a list of dicts (columns: every key of every row) or a dict of
+        lists. `idempotency_key`: if a version already committed it, that version's record
+        is returned and nothing is appended. `lineage`: a JSON-able mapping kept in the
+        record. `round_id` and `generator` fill the rows' provenance columns; `index` hashes
+        the rows' near-duplicate sidecar (None: none).
 
         Then, as a round does, the head's small shards are compacted by the default policy
         (`compact`: a CompactionPolicy of your own, or False for none), so a loop of appends
         keeps the head's shards, and so its checkpoints, small. The head may then be a
-        later `compact` version. A failed compaction only warns: the append is committed.
+        later `compact` version: the returned record's `compactions` lists the versions
+        that compaction committed (empty if none). A failed compaction only warns: the
+        append is committed.
         """
         policy = _append_policy(compact)
-        pending = self.prepare_append(name, rows, **kwargs)
+        pending = self.prepare_append(name, rows, rejected=rejected,
+                                      idempotency_key=idempotency_key, lineage=lineage,
+                                      round_id=round_id, generator=generator, index=index)
         try:
             record = self.commit_with_rebase(pending)
         except BaseException:
             self.abort(pending)
             raise
-        if policy is not None:
-            try:
-                self.compact(name, policy)
-            except Exception as exc:  # the rows are committed; compaction can wait
-                logger.warning("dyngen: compacting %s after appending version %d failed "
-                               "(the version is committed): %s", name, record.version, exc)
-        return record
+        if policy is None:
+            return record
+        try:
+            made = self.compact(name, policy)
+        except Exception as exc:  # the rows are committed; compaction can wait
+            logger.warning("dyngen: compacting %s after appending version %d failed "
+                           "(the version is committed): %s", name, record.version, exc)
+            return record
+        return replace(record, compactions=tuple(r.version for r in made))
 
     def restore(self, name: str, version: int, *,
                 idempotency_key: str | None = None) -> VersionRecord:

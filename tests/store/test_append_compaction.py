@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -55,15 +56,27 @@ def test_append_takes_a_policy_of_its_own_or_none(tmp_path: Path) -> None:
     for i in range(1, 4):
         store.append("ds", verl_rows(1, start=i), compact=SMALL)
     assert len(store.head("ds").shards) == 4  # not yet more than 4 small shards
+    assert store.append("ds", verl_rows(1, start=9), compact=False).compactions == ()
     record = store.append("ds", verl_rows(1, start=4), compact=SMALL)
-    assert (record.version, record.operation) == (4, "append")
+    assert (record.version, record.operation) == (5, "append")
+    assert record.compactions == (6,)  # the caller learns what the compaction committed
     head = store.head("ds")
-    assert (head.version, head.operation, len(head.shards)) == (5, "compact", 2)
-    assert indices(store.load("ds")) == list(range(5))
+    assert (head.version, head.operation, len(head.shards)) == (6, "compact", 3)
+    assert record == store.record("ds", 5)
+    assert indices(store.load("ds")) == [0, 1, 2, 3, 9, 4]
     with pytest.raises(ConfigError, match="compact expects True, False or a CompactionPolicy, "
                                           "found 'yes'"):
         store.append("ds", verl_rows(1, start=5), compact="yes")  # type: ignore[arg-type]
-    assert store.head_version("ds") == 5
+    assert store.head_version("ds") == 6
+
+
+def test_appends_keyword_arguments_are_in_its_signature_and_docstring() -> None:
+    params = inspect.signature(Store.append).parameters
+    for name in ("idempotency_key", "rejected", "lineage", "compact"):
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert f"`{name}`" in (Store.append.__doc__ or "")
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    assert "`compactions`" in (Store.append.__doc__ or "")
 
 
 def test_a_compaction_that_fails_after_an_append_only_warns(
