@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -44,3 +45,12 @@ def did_you_mean(word: str, choices: Any, quote: bool = True) -> str:
     if found is None:
         return ""
     return f" Did you mean {found!r}?" if quote else f" Did you mean {found}?"
+
+
+def completion_text(completion: Any) -> str:
+    """A TRL completion's text: a string, or a conversation's last message's content."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
+        return str(completion[-1].get("content") or "")
+    return ""

@@ -22,6 +22,7 @@ from typing import Any
 
 from dyngen.errors import ConfigError
 from dyngen.generators.code_tasks.tasks import ABDUCTION, literal
+from dyngen.text import completion_text
 
 # Linear-time patterns: a completion may be long and built to make a regex backtrack (a
 # lazy group before `[ \t]*$`, or a greedy one before `\}`, is quadratic on it).
@@ -97,15 +98,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
                  timeout_seconds=float(kwargs.get("timeout_seconds", 5.0)))
 
 
-def _text(completion: Any) -> str:
-    """A TRL completion's text: a string, or a conversation's last message's content."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
-        return str(completion[-1].get("content") or "")
-    return ""
-
-
 def code_task_reward(prompts: Sequence[Any], completions: Sequence[Any],
                      reward_model: Sequence[Mapping[str, Any]] | None = None,
                      extra_info: Sequence[Mapping[str, Any] | None] | None = None,
@@ -131,7 +123,7 @@ def code_task_reward(prompts: Sequence[Any], completions: Sequence[Any],
     rows = list(zip(completions, truths, infos, strict=True))
 
     def one(row: tuple[Any, str, Any]) -> float:
-        return score(_text(row[0]), row[1], row[2], sandbox=sandbox,
+        return score(completion_text(row[0]), row[1], row[2], sandbox=sandbox,
                      timeout_seconds=timeout_seconds)
 
     if sandbox_workers <= 1 or len(rows) <= 1:

@@ -23,6 +23,7 @@ from typing import Any
 
 from dyngen.errors import ConfigError
 from dyngen.generators.reasoning_gym.families import decode_entry, family_of_source, scorer
+from dyngen.text import completion_text
 
 _ANSWER = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 
@@ -81,15 +82,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any = None,
     return score(solution_str or "", family, entry, level)
 
 
-def _text(completion: Any) -> str:
-    """A TRL completion's text: a string, or a conversation's last message's content."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
-        return str(completion[-1].get("content") or "")
-    return ""
-
-
 def reasoning_gym_reward(prompts: Sequence[Any], completions: Sequence[Any],
                          extra_info: Sequence[Mapping[str, Any] | None] | None = None,
                          data_source: Sequence[str] | None = None, **kwargs: Any) -> list[float]:
@@ -103,5 +95,5 @@ def reasoning_gym_reward(prompts: Sequence[Any], completions: Sequence[Any],
     out = []
     for completion, info, source in zip(completions, extra_info, sources, strict=True):
         family, level, entry = entry_of(info, source)
-        out.append(score(_text(completion), family, entry, level))
+        out.append(score(completion_text(completion), family, entry, level))
     return out
