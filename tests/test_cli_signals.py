@@ -113,7 +113,9 @@ def test_one_ctrl_c_stops_serve_and_all_its_processes(api_url: str, tmp_path: Pa
 
     Store(tmp_path / "store").create("ds", verl_rows(2))
     proc = start(["--root", str(tmp_path / "store"), "serve", "--dataset", "ds",
-                  "--isolation", isolation], {"PREFECT_API_URL": api_url})
+                  "--isolation", isolation, "data.datagen.path=pkg://dyngen.generators.base",
+                  "data.datagen.name=MockDataGenerator"],  # serve needs a named generator
+                 {"PREFECT_API_URL": api_url})
     wait_for_output(proc, "serving" if isolation == "fork" else "being served")
     took = interrupt_and_wait(proc)
     print(f"serve --isolation {isolation}: stopped {took:.2f} s after SIGINT")
