@@ -8,19 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
 import verl
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.reward import get_custom_reward_fn
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.reward_manager.naive import NaiveRewardManager
 
 from dyngen.generators.code_tasks.seed_tasks import SEED_FILE
 from dyngen.generators.code_tasks.tasks import ABDUCTION, abduction_prompt
+from tests.verl.batches import rollout_batch
 
 PROGRAM = "def f(x):\n    return sorted(x)[-2:]"
 
@@ -37,25 +33,7 @@ def rows() -> list[dict[str, Any]]:
 
 def batch(tmp_path: Path, tokenizer: Any, responses: list[str]) -> DataProto:
     """A rollout batch as verl's trainer holds it when it computes rewards."""
-    path = tmp_path / "code.parquet"
-    pq.write_table(pa.Table.from_pylist(rows()), path)
-    data = OmegaConf.create({"max_prompt_length": 512, "filter_overlong_prompts": False,
-                             "cache_dir": str(tmp_path / "cache")})
-    ds = RLHFDataset([str(path)], tokenizer, data)
-    collated = collate_fn([ds[i] for i in range(len(ds))])
-    non_tensors = {k: v for k, v in collated.items() if isinstance(v, np.ndarray)}
-    width = 16
-    prompts = tokenizer(["question"] * len(responses), return_tensors="pt")["input_ids"]
-    answers = [tokenizer(r, add_special_tokens=False)["input_ids"][:width] for r in responses]
-    response_ids = torch.full((len(responses), width), tokenizer.pad_token_id)
-    mask = torch.zeros((len(responses), prompts.shape[1] + width), dtype=torch.long)
-    mask[:, :prompts.shape[1]] = 1
-    for i, ids in enumerate(answers):
-        response_ids[i, :len(ids)] = torch.tensor(ids)
-        mask[i, prompts.shape[1]:prompts.shape[1] + len(ids)] = 1
-    return DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": response_ids, "attention_mask": mask},
-        non_tensors=non_tensors)
+    return rollout_batch(tmp_path, tokenizer, rows(), responses, width=16)
 
 
 def test_verl_loads_and_calls_the_reward_as_its_trainer_does(tmp_path: Path,

@@ -7,19 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
 import verl
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.trainer.ppo.reward import get_custom_reward_fn
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.reward_manager.naive import NaiveRewardManager
 
 from dyngen.generators.reasoning_gym import ReasoningGymCurriculum
 from dyngen.round.context import RoundContext, Trigger
+from tests.verl.batches import rollout_batch
 
 
 def rows() -> list[dict[str, Any]]:
@@ -32,25 +28,7 @@ def rows() -> list[dict[str, Any]]:
 def batch(tmp_path: Path, tokenizer: Any, made: list[dict[str, Any]],
           responses: list[str]) -> DataProto:
     """A rollout batch as verl's trainer holds it when it computes rewards."""
-    path = tmp_path / "rg.parquet"
-    pq.write_table(pa.Table.from_pylist(made), path)
-    data = OmegaConf.create({"max_prompt_length": 512, "filter_overlong_prompts": False,
-                             "cache_dir": str(tmp_path / "cache")})
-    ds = RLHFDataset([str(path)], tokenizer, data)
-    collated = collate_fn([ds[i] for i in range(len(ds))])
-    non_tensors = {k: v for k, v in collated.items() if isinstance(v, np.ndarray)}
-    width = 24
-    prompts = tokenizer(["question"] * len(responses), return_tensors="pt")["input_ids"]
-    answers = [tokenizer(r, add_special_tokens=False)["input_ids"][:width] for r in responses]
-    response_ids = torch.full((len(responses), width), tokenizer.pad_token_id)
-    mask = torch.zeros((len(responses), prompts.shape[1] + width), dtype=torch.long)
-    mask[:, :prompts.shape[1]] = 1
-    for i, ids in enumerate(answers):
-        response_ids[i, :len(ids)] = torch.tensor(ids)
-        mask[i, prompts.shape[1]:prompts.shape[1] + len(ids)] = 1
-    return DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": response_ids, "attention_mask": mask},
-        non_tensors=non_tensors)
+    return rollout_batch(tmp_path, tokenizer, made, responses, width=24)
 
 
 def test_verl_loads_and_calls_the_reward_as_its_trainer_does(tmp_path: Path,
