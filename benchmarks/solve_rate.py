@@ -34,6 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from served import bare_client, cpu_seconds  # noqa: E402  (the served benchmark's)
+
 from tests.llm.llama_server import LlamaServer  # noqa: E402
 
 # SmolLM2-135M solves no sum when asked for the number alone (1 of 12 one-digit ones at
@@ -62,14 +64,6 @@ def candidates(count: int, seed: int = 0) -> list[dict[str, Any]]:
                      "reward_model": {"style": "rule", "ground_truth": str(a + b)},
                      "extra_info": {"index": i, "digits": digits}})
     return rows
-
-
-def cpu_seconds(server_pid: int) -> tuple[float, float]:
-    """(this process's, the server's) CPU seconds so far."""
-    import psutil
-
-    t = psutil.Process(server_pid).cpu_times()
-    return time.process_time(), t.user + t.system
 
 
 def stage_run(settings: dict[str, Any], rows: list[dict[str, Any]], pid: int
@@ -105,21 +99,6 @@ def sent_bodies(settings: dict[str, Any], rows: list[dict[str, Any]], name: str,
         bodies += ([{**base, "n": req.n, "seed": req.seed}] if together else
                    [{**base, "seed": _sample_seed(req.seed, j)} for j in range(req.n)])
     return bodies
-
-
-async def bare_client(url: str, bodies: list[dict[str, Any]], concurrency: int) -> int:
-    """Send `bodies`, at most `concurrency` in flight; the completion tokens counted."""
-    import httpx
-
-    slots = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        async def one(body: dict[str, Any]) -> int:
-            async with slots:
-                reply = await client.post("/chat/completions", json=body)
-                reply.raise_for_status()
-                return int(reply.json()["usage"]["completion_tokens"])
-
-        return sum(await asyncio.gather(*(one(b) for b in bodies)))
 
 
 def bare_run(url: str, bodies: list[dict[str, Any]], concurrency: int, pid: int
