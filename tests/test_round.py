@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from dyngen.errors import GeneratorOutputError, TriggerError
 from dyngen.filters import run_filters
 from dyngen.generators.base import AbstractDataGenerator, MockDataGenerator
 from dyngen.round import RoundContext, Trigger, call_generator, commit_round, rows_from_output
+from dyngen.round.context import PreviousEvent
 from dyngen.store import Store, gc
 from tests.rows import verl_rows
 
@@ -47,6 +49,27 @@ def test_trigger_keys_and_validation() -> None:
                 {"event_id": "e" * 70_000}):
         with pytest.raises(TriggerError):
             Trigger.parse(bad)
+
+
+def test_trigger_previous_names_the_batch_end_before_it_or_is_refused_saying_why() -> None:
+    previous = {"event_id": "e-4", "step": 4, "seconds_before": 0.25}
+    parsed = Trigger.parse({"step": 5, "previous": previous}).previous
+    assert parsed == PreviousEvent("e-4", 4, 0.25) and parsed.as_dict() == previous
+    assert Trigger.parse({"step": 5}).previous is None
+    hostile = {
+        "a list": ([1], "must be a mapping of event_id, step and seconds_before, found list"),
+        "a missing key": ({"event_id": "e", "step": 4}, "found ['event_id', 'step']"),
+        "an extra key": (previous | {"cmd": "x"}, "found ['cmd', 'event_id'"),
+        "no step": (previous | {"step": None}, "must be set, found 'e-4' and None"),
+        "a text step": (previous | {"step": "4"}, "previous.step must be a non-negative"),
+        "a long id": (previous | {"event_id": "e" * 201}, "previous.event_id must be a str"),
+        "a negative gap": (previous | {"seconds_before": -1}, "seconds_before must be a non"),
+        "an infinite gap": (previous | {"seconds_before": float("inf")}, "found inf"),
+        "a bool gap": (previous | {"seconds_before": True}, "found True"),
+    }
+    for bad, message in hostile.values():
+        with pytest.raises(TriggerError, match=re.escape(message)):
+            Trigger.parse({"step": 5, "previous": bad})
 
 
 def test_verl_generators_and_context_aware_generators_both_work() -> None:

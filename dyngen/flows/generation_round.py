@@ -68,7 +68,7 @@ def generation_round(
         check_before_start(cfg)
     timings: dict[str, float] = {}
     # Before the dataset's slot, which the earlier rounds it waits for need.
-    order = keep_step_order(dataset, trig.step, float(cfg.round.order_wait_seconds))
+    order = keep_step_order(dataset, trig, float(cfg.round.order_wait_seconds))
     with round_guard(dataset):
         where = store_settings(cfg.store)  # the root and how to reach it
         store = Store.from_config(where)

@@ -7,6 +7,13 @@ rounds of earlier steps that have not ended (Scheduled, Pending or Running), and
 until none is left. The state is the server's: it holds for any number of workers on any
 hosts.
 
+Rounds look at runs, and the run of an earlier batch end may not exist yet: Prefect's trigger
+service creates the runs of a burst in any order, and a worker may start a later one before
+the earlier one is created. So a batch end names the one its trainer sent before it
+(`trigger.previous`, dyngen.trainers.chain), and a round also waits for that one's run to
+exist, when its deployment's trigger makes a run of every batch end (a throttled trigger,
+`threshold: N`, makes none for most of them) and it was sent within the bound.
+
 A waiting round holds no dataset slot, so the earlier round can take it. It may hold a
 place the earlier round needs to start at all: a place under the deployment's concurrency
 limit, or one of a worker's `--limit` processes. So a round whose earlier step has not
@@ -30,12 +37,15 @@ from prefect.client.schemas.filters import (
     FlowFilter,
     FlowFilterId,
     FlowRunFilter,
+    FlowRunFilterDeploymentId,
+    FlowRunFilterExpectedStartTime,
     FlowRunFilterState,
     FlowRunFilterStateType,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.context import FlowRunContext
+from prefect.events.schemas.automations import EventTrigger, Posture
 from prefect.exceptions import Abort
 from prefect.states import Crashed, Scheduled
 
@@ -45,6 +55,7 @@ from dyngen.flows.round_guard import (
     _process_is_gone,
     end_dead_round,
 )
+from dyngen.round.context import PreviousEvent, Trigger
 
 POLL_SECONDS = 1.0  # each look reads the flow's unfinished runs: keep the server's load low
 SINCE_LABEL = "dyngen.round.order_wait_since"  # when this run first waited (epoch seconds)
@@ -52,6 +63,10 @@ GAVE_WAY_LABEL = "dyngen.round.order_gave_way"  # how many times it gave its pla
 GIVE_WAY_AFTER_SECONDS = 1.0  # after the earlier run's start time
 GIVE_WAY_MAX_SECONDS = 30.0  # the longest a run puts itself back for
 EARLIER_RUNS = 200  # the most unfinished runs of the flow read per look
+# Where the previous batch end's run is looked for: from its send time (the server's clock
+# and the trainer's may differ, and an outbox may deliver late), a page of runs at a time.
+PREVIOUS_MARGIN_SECONDS = 300.0
+PREVIOUS_PAGES = 10
 _NOT_ENDED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]
 GIVEN_WAY_STATE = "AwaitingEarlierStep"
 
@@ -72,19 +87,29 @@ class StepOrder:
                 "went_ahead_of": self.went_ahead_of}
 
 
-def keep_step_order(dataset: str, step: int | None, bound_seconds: float) -> StepOrder:
+def keep_step_order(dataset: str, trigger: Trigger, bound_seconds: float) -> StepOrder:
     """Wait (at most `bound_seconds` from this run's first wait) for the dataset's rounds of
-    earlier steps that have not ended; give this run's place back to one not started yet."""
+    earlier steps that have not ended, and for the previous batch end's run to exist; give
+    this run's place back to one not started (or not created) yet."""
     context = FlowRunContext.get()
     me = context.flow_run if context is not None else None  # as the engine read it: no call
+    step = trigger.step
     if me is None or step is None or bound_seconds <= 0:
         return StepOrder()
     logger = get_run_logger()
     with get_client(sync_client=True) as client:
+        awaited = _awaited_previous(client, me, trigger.previous, step, bound_seconds)
         since = _label_float(me, SINCE_LABEL)
         order = StepOrder(gave_way=int(_label_float(me, GAVE_WAY_LABEL) or 0))
         said = False
-        while earlier := _earlier_runs(client, me, dataset, step):
+        while True:
+            # First whether the previous run exists, then the unfinished runs: read the
+            # other way round, a run created in between would be seen by neither.
+            if awaited is not None and _run_of(client, me, awaited):
+                awaited = None  # it exists: from now on it is one of the earlier runs
+            earlier = _earlier_runs(client, me, dataset, step)
+            if not earlier and awaited is None:
+                break
             now = time.time()
             if not said:  # this process waits: a later round can tell if it dies
                 since = now if since is None else since
@@ -92,17 +117,20 @@ def keep_step_order(dataset: str, step: int | None, bound_seconds: float) -> Ste
                     SINCE_LABEL: f"{since:.3f}",
                     PROCESS_LABEL: _process_identity(os.getpid()) or ""})
             order.waited_seconds = now - since
-            steps = sorted({_step(run) or 0 for run in earlier})
+            missing = [awaited.step] if awaited is not None else []
+            steps = sorted({_step(run) or 0 for run in earlier} | set(missing))
             if order.waited_seconds >= bound_seconds:
                 order.went_ahead_of = steps
                 logger.warning(
                     "dataset %r: going on before its earlier step(s) %s, which have not "
-                    "ended after %.0f s (round.order_wait_seconds=%g): this round may commit "
-                    "out of step order", dataset, steps, order.waited_seconds, bound_seconds)
+                    "ended%s after %.0f s (round.order_wait_seconds=%g): this round may "
+                    "commit out of step order", dataset, steps,
+                    f" (step {missing[0]}'s run was never created)" if missing else "",
+                    order.waited_seconds, bound_seconds)
                 return order
             unstarted = [run for run in earlier if run.state and run.state.is_scheduled()]
-            if unstarted and me.deployment_id is not None:
-                _give_way(client, me, dataset, step, unstarted, order.gave_way)
+            if (unstarted or missing) and me.deployment_id is not None:
+                _give_way(client, me, dataset, step, unstarted, missing, order.gave_way)
             if not said:
                 logger.info("dataset %r: step %d waits for its earlier step(s) %s to end "
                             "(round.order_wait_seconds=%g)", dataset, step, steps,
@@ -114,6 +142,51 @@ def keep_step_order(dataset: str, step: int | None, bound_seconds: float) -> Ste
         logger.info("dataset %r: step %d's earlier steps have ended (waited %.1f s)",
                     dataset, step, order.waited_seconds)
     return order
+
+
+def _awaited_previous(client: SyncPrefectClient, me: FlowRun, previous: PreviousEvent | None,
+                      step: int, bound_seconds: float) -> PreviousEvent | None:
+    """The previous batch end whose run this round waits to exist, if any: one of an
+    earlier step, sent within the bound, under a trigger that makes a run of each."""
+    if previous is None or previous.step >= step or previous.seconds_before > bound_seconds:
+        return None
+    return previous if _every_batch_end_runs(client, me) else None
+
+
+def _every_batch_end_runs(client: SyncPrefectClient, me: FlowRun) -> bool:
+    """Whether `me` was made by an automation that makes a run of every matching event (a
+    reactive trigger with threshold 1): only then is the previous batch end's run coming."""
+    made_by = me.created_by
+    if made_by is None or made_by.type != "AUTOMATION" or made_by.id is None:
+        return False
+    try:
+        automation = client.read_automation(made_by.id)
+    except Exception:  # deleted since, or not readable: nothing to count on
+        return False
+    trigger = automation.trigger if automation is not None else None
+    return bool(automation is not None and automation.enabled
+                and isinstance(trigger, EventTrigger) and trigger.posture == Posture.Reactive
+                and trigger.threshold == 1 and not trigger.after)
+
+
+def _run_of(client: SyncPrefectClient, me: FlowRun, previous: PreviousEvent) -> bool:
+    """Whether the server holds a run (in any state) of the `previous` batch end."""
+    created = me.created or datetime.now(timezone.utc)
+    since = created - timedelta(seconds=previous.seconds_before + PREVIOUS_MARGIN_SECONDS)
+    runs_of = FlowRunFilter(
+        expected_start_time=FlowRunFilterExpectedStartTime(after_=since),
+        deployment_id=FlowRunFilterDeploymentId(any_=[me.deployment_id])
+        if me.deployment_id is not None else None)
+    for page in range(PREVIOUS_PAGES):
+        runs = client.read_flow_runs(
+            flow_filter=FlowFilter(id=FlowFilterId(any_=[me.flow_id])),
+            flow_run_filter=runs_of, sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+            limit=EARLIER_RUNS, offset=page * EARLIER_RUNS)
+        if any(_event_id(run) == previous.event_id for run in runs):
+            return True
+        if len(runs) < EARLIER_RUNS:
+            return False
+    return False
 
 
 def _earlier_runs(client: SyncPrefectClient, me: FlowRun, dataset: str,
@@ -148,20 +221,23 @@ def _died_here(client: SyncPrefectClient, run: FlowRun, dataset: str) -> bool:
 
 
 def _give_way(client: SyncPrefectClient, me: FlowRun, dataset: str, step: int,
-              unstarted: list[FlowRun], gave_way: int) -> None:
-    """Put this run back to Scheduled, after the earlier runs that have not started, and
-    end its process (Prefect's Abort: the engine exits without touching the run again)."""
-    latest = max((run.next_scheduled_start_time or run.expected_start_time
-                  or datetime.now(timezone.utc)) for run in unstarted)
+              unstarted: list[FlowRun], missing: list[int], gave_way: int) -> None:
+    """Put this run back to Scheduled, after the earlier runs that have not started (or
+    been created), and end its process (Prefect's Abort: the engine exits without touching
+    the run again)."""
+    now = datetime.now(timezone.utc)
+    latest = max([(run.next_scheduled_start_time or run.expected_start_time or now)
+                  for run in unstarted], default=now)
     # Longer each time, so a run stuck behind one that never starts does not spin.
     pause = min(GIVE_WAY_AFTER_SECONDS * 2 ** gave_way, GIVE_WAY_MAX_SECONDS)
-    when = max(latest, datetime.now(timezone.utc)) + timedelta(seconds=pause)
-    steps = sorted({_step(run) or 0 for run in unstarted})
+    when = max(latest, now) + timedelta(seconds=pause)
+    steps = sorted({_step(run) or 0 for run in unstarted} | set(missing))
     # No process of this run is left to tell about until a worker runs it again.
     client.update_flow_run_labels(me.id, {GAVE_WAY_LABEL: str(gave_way + 1), PROCESS_LABEL: ""})
     get_run_logger().info("dataset %r: step %d gives its place back to earlier step(s) %s, "
-                          "which have not started; it runs again from %s", dataset, step,
-                          steps, when.isoformat(timespec="seconds"))
+                          "which have not started%s; it runs again from %s", dataset, step,
+                          steps, " (or been created)" if missing else "",
+                          when.isoformat(timespec="seconds"))
     client.set_flow_run_state(me.id, Scheduled(
         scheduled_time=when, name=GIVEN_WAY_STATE,
         message=f"waiting for earlier step(s) {steps} of dataset {dataset!r}"), force=True)
@@ -172,6 +248,11 @@ def _step(run: FlowRun) -> int | None:
     trigger = (run.parameters or {}).get("trigger")
     step = trigger.get("step") if isinstance(trigger, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _event_id(run: FlowRun) -> str | None:
+    trigger = (run.parameters or {}).get("trigger")
+    return trigger.get("event_id") if isinstance(trigger, dict) else None
 
 
 def _label_float(run: FlowRun, key: str) -> float | None:

@@ -20,6 +20,23 @@ MAX_METRICS = 256
 MAX_TRIGGER_BYTES = 64 * 1024
 
 
+FIELDS = ("event_id", "step", "metrics", "rollouts", "previous")
+
+
+@dataclass(frozen=True)
+class PreviousEvent:
+    """The batch end the same trainer sent before this one, for the same dataset and server
+    (dyngen.trainers.chain): a round waits for its run to exist and end (flows/step_order.py)."""
+
+    event_id: str
+    step: int
+    seconds_before: float  # how long before this event it was sent, on the trainer's clock
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"event_id": self.event_id, "step": self.step,
+                "seconds_before": self.seconds_before}
+
+
 @dataclass(frozen=True)
 class Trigger:
     """What started a round: the batch-end event, its training step and metrics."""
@@ -28,6 +45,7 @@ class Trigger:
     step: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     rollouts: str | None = None
+    previous: PreviousEvent | None = None
 
     @classmethod
     def parse(cls, value: Trigger | Mapping[str, Any] | None) -> Trigger:
@@ -49,20 +67,17 @@ class Trigger:
         if len(json.dumps(value, default=str)) > MAX_TRIGGER_BYTES:
             raise TriggerError(f"trigger payload is larger than {MAX_TRIGGER_BYTES} bytes; "
                                "send metrics as a few numbers and rollouts as a file path.")
-        unknown = sorted(set(value) - {"event_id", "step", "metrics", "rollouts"})
+        unknown = sorted(set(value) - set(FIELDS))
         if unknown:
-            raise TriggerError(f"trigger has unknown fields {unknown}; expected event_id, "
-                               "step, metrics, rollouts.")
+            raise TriggerError(f"trigger has unknown fields {unknown}; expected "
+                               f"{', '.join(FIELDS)}.")
         event_id, step, rollouts = value.get("event_id"), value.get("step"), value.get("rollouts")
-        if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 200):
-            raise TriggerError(f"trigger.event_id must be a string of 1-200 characters, "
-                               f"found {event_id!r}.")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise TriggerError(f"trigger.step must be a non-negative integer, found {step!r}.")
+        _check_event_id("trigger.event_id", event_id)
+        _check_step("trigger.step", step)
         if rollouts is not None:
             _check_rollouts_path(rollouts)
         return cls(event_id=event_id, step=step, metrics=_metrics(value.get("metrics")),
-                   rollouts=rollouts)
+                   rollouts=rollouts, previous=_previous(value.get("previous")))
 
     def idempotency_key(self, dataset: str) -> str | None:
         """The event id, else dataset + step: a re-delivered trigger lands once."""
@@ -71,6 +86,38 @@ class Trigger:
         if self.step is not None:
             return f"{dataset}:step:{self.step}"
         return None
+
+
+def _check_event_id(where: str, event_id: Any) -> None:
+    if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 200):
+        raise TriggerError(f"{where} must be a string of 1-200 characters, found {event_id!r}.")
+
+
+def _check_step(where: str, step: Any) -> None:
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise TriggerError(f"{where} must be a non-negative integer, found {step!r}.")
+
+
+def _previous(value: Any) -> PreviousEvent | None:
+    """trigger.previous: {"event_id", "step", "seconds_before"}, all three, or absent."""
+    if value is None:
+        return None
+    expected = {"event_id", "step", "seconds_before"}
+    if not isinstance(value, Mapping) or set(value) != expected:
+        found = sorted(value) if isinstance(value, Mapping) else type(value).__name__
+        raise TriggerError(f"trigger.previous must be a mapping of event_id, step and "
+                           f"seconds_before, found {found}.")
+    event_id, step, before = value["event_id"], value["step"], value["seconds_before"]
+    if event_id is None or step is None:
+        raise TriggerError("trigger.previous.event_id and trigger.previous.step must be set, "
+                           f"found {event_id!r} and {step!r}.")
+    _check_event_id("trigger.previous.event_id", event_id)
+    _check_step("trigger.previous.step", step)
+    if isinstance(before, bool) or not isinstance(before, (int, float)) \
+            or not math.isfinite(before) or before < 0:
+        raise TriggerError("trigger.previous.seconds_before must be a non-negative number, "
+                           f"found {before!r}.")
+    return PreviousEvent(event_id, step, float(before))
 
 
 def _check_rollouts_path(value: Any) -> None:

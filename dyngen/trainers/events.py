@@ -3,9 +3,10 @@
 Event scheme (documented in the README; the deployment trigger matches on it):
   event     dyngen.batch.ended
   resource  prefect.resource.id = dyngen.dataset.<name>, dyngen.dataset = <name>
-  payload   {"trigger": {"event_id", "step", "metrics", "rollouts"}}
+  payload   {"trigger": {"event_id", "step", "metrics", "rollouts", "previous"}}
 The trigger mapping is passed unchanged to `generation_round(trigger=...)`, which
 validates it; its event id becomes the round's idempotency key.
+`previous` names the batch end sent before it (dyngen.trainers.chain), for step order.
 Events go out through `POST /api/events` (the server answers once it has taken them);
 one the server cannot take waits in the local outbox (`dyngen.trainers.outbox`) until it can.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from dyngen.errors import ConfigError
 from dyngen.server.auth import AUTH_HINT
+from dyngen.trainers.chain import linked
 from dyngen.trainers.outbox import (
     FLUSH_BUDGET_SECONDS,
     LOCK_WAIT_SECONDS,
@@ -57,16 +59,21 @@ def resource_id(dataset: str) -> str:
 
 
 def batch_end_payload(step: int, metrics: Mapping[str, float] | None = None,
-                      rollouts: str | None = None, event_id: str | None = None) -> dict[str, Any]:
-    """The event payload: the round's trigger, with an event id to make it idempotent."""
+                      rollouts: str | None = None, event_id: str | None = None,
+                      previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The event payload: the round's trigger, with an event id to make it idempotent (and
+    the batch end sent before it, when there is one)."""
     clean = {str(k): float(v) for k, v in (metrics or {}).items()
              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
     if rollouts is not None and "://" not in str(rollouts):
         # The round runs in another folder (or process) than the trainer: send the path
         # absolute, as the trainer meant it.
         rollouts = os.path.abspath(rollouts)
-    return {"trigger": {"event_id": event_id or str(uuid.uuid4()), "step": int(step),
-                        "metrics": clean, "rollouts": rollouts}}
+    trigger = {"event_id": event_id or str(uuid.uuid4()), "step": int(step),
+               "metrics": clean, "rollouts": rollouts}
+    if previous is not None:
+        trigger["previous"] = dict(previous)
+    return {"trigger": trigger}
 
 
 def batch_end_event(dataset: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,8 +118,7 @@ def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
                    api_url: str | None = None) -> BatchEndDelivery:
     """`emit_batch_end`, telling whether the event was sent, queued or dropped."""
     global _server_down
-    payload = batch_end_payload(step, metrics, rollouts, event_id)
-    event_id = str(payload["trigger"]["event_id"])
+    event_id = event_id or str(uuid.uuid4())
     try:
         from prefect.settings import PREFECT_API_URL
 
@@ -120,7 +126,12 @@ def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
         if not url:
             _not_sent(dataset, step, "PREFECT_API_URL is not set", kept=False, fix=SET_API_URL)
             return BatchEndDelivery(event_id, "dropped")
-        result = Outbox().deliver(url, batch_end_event(dataset, payload))
+        outbox = Outbox()
+        with linked(outbox.folder(url), dataset, int(step)) as link:
+            payload = batch_end_payload(step, metrics, rollouts, event_id, link.previous)
+            result = outbox.deliver(url, batch_end_event(dataset, payload))
+            if result.status != "dropped":  # sent, or on its way: the next one names it
+                link.record(event_id, int(step))
     except Exception as exc:  # a trainer must never die because of bookkeeping
         _not_sent(dataset, step, f"{type(exc).__name__}: {exc}", kept=False)
         return BatchEndDelivery(event_id, "dropped")

@@ -209,26 +209,31 @@ class Outbox:
             "`dyngen emit --flush`, or raise %s.", self.folder(api_url), count, api_url,
             self.limit, _describe(event), MAX_EVENTS_ENV)
 
-    @contextlib.contextmanager
-    def _locked(self, api_url: str) -> Iterator[bool]:
+    def _locked(self, api_url: str) -> contextlib.AbstractContextManager[bool]:
         """Hold the server folder's lock (waiting up to LOCK_WAIT_SECONDS); yield success."""
         folder = self.folder(api_url)
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".lock", "a+") as fh:
-            deadline = time.monotonic() + LOCK_WAIT_SECONDS
-            while True:
-                try:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        yield False
-                        return
-                    time.sleep(0.01)
+        return file_lock(folder / ".lock")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, wait_seconds: float = LOCK_WAIT_SECONDS) -> Iterator[bool]:
+    """Hold an exclusive lock on `path` (waiting up to `wait_seconds`); yield success."""
+    with open(path, "a+") as fh:
+        deadline = time.monotonic() + wait_seconds
+        while True:
             try:
-                yield True
-            finally:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    yield False
+                    return
+                time.sleep(0.01)
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 _clients: dict[int, Any] = {}

@@ -1,22 +1,28 @@
 """The `prefect.yaml` path as the docs give it: a real server, a process work pool, `prefect
 deploy --all` with an unchanged copy of the file, and a worker started in a user's project
 folder (its own `flows.py` and `tasks.py`). Batch ends commit with the generator prefect.yaml
-names, in step order, bursts sent back to back too."""
+names, in step order, bursts sent back to back too, and a batch end whose run the server
+makes before the earlier one's."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
+from dyngen.flows.step_order import GAVE_WAY_LABEL
 from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, VersionRecord, verify
-from dyngen.trainers.events import emit_batch_end, trigger_name
+from dyngen.trainers.events import batch_end_event, batch_end_payload, emit_batch_end, trigger_name
+from dyngen.trainers.outbox import send_events
 from tests.e2e.conftest import DYNGEN, PREFECT, REPO, env_for, seeded
 from tests.e2e.test_triggered_rounds import finished_runs, wait_for_versions
 
 DATASET = "in-step-order"
 BURSTS = [(2, 3, 4), (5, 6, 7), (8, 9, 10)]
+LATE = 11  # then 12, whose batch end the server gets first
 # Imported by mistake, these fail the round that imported them.
 USER_MODULE = "raise ImportError('dyngen imported the user\\'s own {name}')\n"
 
@@ -50,6 +56,27 @@ def committed_steps(store: Store, name: str, count: int, log: Path) -> list[Vers
     return history[1:]
 
 
+def send(server: LocalServer, step: int, event_id: str,
+         previous: dict[str, Any] | None = None) -> None:
+    payload = batch_end_payload(step, {"score": 0.9}, event_id=event_id, previous=previous)
+    send_events(server.api_url, [batch_end_event(DATASET, payload)])
+
+
+def gave_way(server: LocalServer, event_id: str, timeout: float = 180.0) -> None:
+    """Wait until the run of `event_id` has given its place back at least once."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    with server.client_settings(), get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            for run in client.read_flow_runs():
+                if (run.parameters.get("trigger") or {}).get("event_id") == event_id \
+                        and GAVE_WAY_LABEL in run.labels:
+                    return
+            time.sleep(0.5)
+    raise AssertionError(f"the run of {event_id} did not give its place back in {timeout} s")
+
+
 def test_prefect_yaml_with_a_worker_in_a_user_folder_commits_bursts_in_step_order(
         server: LocalServer, tmp_path: Path) -> None:
     store = seeded(tmp_path, DATASET)
@@ -74,14 +101,24 @@ def test_prefect_yaml_with_a_worker_in_a_user_folder_commits_bursts_in_step_orde
                 assert emit_batch_end(DATASET, step, {"score": 0.9},
                                       api_url=server.api_url) is not None
             committed_steps(store, DATASET, done + len(burst), log)
-        finished_runs(server, DATASET, 1 + sum(map(len, BURSTS)))
+        # The race a loaded machine once lost: the later batch end's run exists (and a
+        # worker starts it) before the earlier one's. It names the earlier batch end
+        # (trigger.previous, as a trainer sends it) and waits for its run to exist.
+        done = store.head_version(DATASET) or 0
+        send(server, LATE + 1, "late-second", previous={
+            "event_id": "late-first", "step": LATE, "seconds_before": 0.5})
+        gave_way(server, "late-second")
+        send(server, LATE, "late-first")
+        committed_steps(store, DATASET, done + 2, log)
+        finished_runs(server, DATASET, 1 + sum(map(len, BURSTS)) + 2)
     finally:
         stop(worker)
         delete_deployments(env, project)
 
     history = store.history(DATASET)[1:]
     steps = [r.lineage["trigger"]["step"] for r in history]
-    assert steps == list(range(1, 11)), f"committed out of step order: {steps}"
+    assert steps == list(range(1, LATE + 2)), f"committed out of step order: {steps}"
+    assert history[-1].lineage["step_order"]["gave_way"] >= 1
     for record in history:
         assert record.lineage["generator"]["name"] == "ArithmeticCurriculum"
         assert record.lineage["counts"]["kept"] > 0  # new rows, not the mock's duplicate

@@ -1,10 +1,11 @@
 """A round keeps its dataset's step order through the Prefect server: it gives its place back
-to an earlier step that has not started, goes on after `round.order_wait_seconds`, and a
-deployment's round names its generator."""
+to an earlier step that has not started (or whose run the server has not made yet), goes on
+after `round.order_wait_seconds`, and a deployment's round names its generator."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ from uuid import UUID
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterDeploymentId
 from prefect.exceptions import Abort
 from prefect.flow_engine import run_flow
+from prefect.settings import PREFECT_API_URL
 from typer.testing import CliRunner
 
 from dyngen.cli import app
@@ -21,9 +24,12 @@ from dyngen.config import round_params
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
 from dyngen.flows.in_process import run_round
-from dyngen.flows.serve import serve_rounds
+from dyngen.flows.serve import batch_end_trigger, serve_rounds
 from dyngen.flows.step_order import GAVE_WAY_LABEL, GIVEN_WAY_STATE
+from dyngen.server.local import wait_for_automation
 from dyngen.store import Store
+from dyngen.trainers.events import batch_end_event, batch_end_payload, trigger_name
+from dyngen.trainers.outbox import send_events
 from tests.rows import verl_rows
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -136,3 +142,89 @@ def test_serve_refuses_a_config_naming_no_generator(tmp_path: Path) -> None:
     said = " ".join(result.output.split())
     assert "dyngen serve's config: expected data.datagen.path" in said
     assert "data.datagen.path=... data.datagen.name=..." in said
+
+
+def triggered_deployment(dataset: str, tmp_path: Path, threshold: int) -> UUID:
+    """A deployment whose trigger (dyngen serve's) makes its runs from real batch ends."""
+    config = params(tmp_path, dataset, 0)["config"]
+    deployment_id = generation_round.to_deployment(
+        name=f"triggered-{dataset}",
+        triggers=[batch_end_trigger(dataset, config, threshold)]).apply()
+    wait_for_automation(PREFECT_API_URL.value(), trigger_name(dataset))
+    return deployment_id
+
+
+def send(dataset: str, step: int, event_id: str,
+         previous: dict[str, Any] | None = None) -> None:
+    """A batch end as a trainer sends it, naming the one before it (or not)."""
+    payload = batch_end_payload(step, {"score": 0.5}, event_id=event_id, previous=previous)
+    send_events(PREFECT_API_URL.value(), [batch_end_event(dataset, payload)])
+
+
+def run_made_for(deployment_id: UUID, event_id: str, timeout: float = 60.0) -> Any:
+    """The run the server's trigger made of a batch end, once it exists."""
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    deployment_id=FlowRunFilterDeploymentId(any_=[deployment_id]))):
+                if (run.parameters.get("trigger") or {}).get("event_id") == event_id:
+                    return run
+            time.sleep(0.3)
+    raise AssertionError(f"no run was made of event {event_id} in {timeout} s")
+
+
+def run_made(run: Any) -> Any:
+    return run_flow(generation_round, flow_run=run, parameters=run.parameters,
+                    return_type="state")
+
+
+def test_a_round_whose_previous_batch_ends_run_is_not_created_yet_waits_for_it(
+        tmp_path: Path) -> None:
+    """The race CI met: Prefect made (and a worker started) step 2's run before step 1's."""
+    store = Store(tmp_path / "store")
+    store.create("created-late", verl_rows(4))
+    deployment_id = triggered_deployment("created-late", tmp_path, threshold=1)
+    try:
+        send("created-late", 2, "second", previous={"event_id": "first", "step": 1,
+                                                    "seconds_before": 0.01})
+        later = run_made_for(deployment_id, "second")
+        # No earlier run exists, yet it does not go ahead: step 1's batch end was sent.
+        with pytest.raises(Abort):
+            run_made(later)
+        with get_client(sync_client=True) as client:
+            assert client.read_flow_run(later.id).state.name == GIVEN_WAY_STATE
+        assert store.head_version("created-late") == 0
+
+        send("created-late", 1, "first")
+        assert run_made(run_made_for(deployment_id, "first")).is_completed()
+        with get_client(sync_client=True) as client:
+            assert run_made(client.read_flow_run(later.id)).is_completed()
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment_id)
+    history = store.history("created-late")[1:]
+    assert [r.lineage["trigger"]["step"] for r in history] == [1, 2]
+    assert history[1].lineage["step_order"]["gave_way"] == 1
+    assert not history[1].lineage["step_order"]["went_ahead_of"]
+
+
+def test_a_throttled_triggers_round_does_not_wait_for_batch_ends_that_make_no_run(
+        tmp_path: Path) -> None:
+    """Every 2 batch ends make one run: the previous batch end's run never comes."""
+    store = Store(tmp_path / "store")
+    store.create("throttled", verl_rows(4))
+    deployment_id = triggered_deployment("throttled", tmp_path, threshold=2)
+    try:
+        send("throttled", 1, "one")
+        send("throttled", 2, "two", previous={"event_id": "one", "step": 1,
+                                              "seconds_before": 0.01})
+        run = run_made_for(deployment_id, "two")
+        started = time.monotonic()
+        assert run_made(run).is_completed()
+        assert time.monotonic() - started < 60  # not the 900 s bound
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment_id)
+    record = store.history("throttled")[-1]
+    assert record.lineage["trigger"]["step"] == 2 and "step_order" not in record.lineage
