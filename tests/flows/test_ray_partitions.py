@@ -143,7 +143,7 @@ def test_a_round_in_another_process_joins_the_running_ray_by_address(
 
 
 _ROUND_IN_A_SUBPROCESS = r"""
-import json, sys, time
+import json, re, sys, time
 from pathlib import Path
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
@@ -156,13 +156,16 @@ cfg["round"]["task_runner"] = {"kind": "ray", "address": address}
 summary = run_round("ds", cfg, {"step": 1})
 lineage = Store(root).head("ds").lineage
 with get_client(sync_client=True) as client:  # the round's own server
-    # Task runs reach the server as events, recorded a moment later under load.
+    # Task runs reach the server as events, recorded a moment later under load: a run's
+    # first event may carry its default name (generate-9e4), a later one the name it runs
+    # under (the server keeps the newest).
     deadline = time.monotonic() + 60
     while True:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
             id=FlowRunFilterId(any_=[lineage["flow_run_id"]])))
         names = sorted(r.name for r in runs if r.name.startswith("generate"))
-        if len(names) >= 2 or time.monotonic() > deadline:
+        final = [n for n in names if re.fullmatch(r"generate-[0-9]+-of-[0-9]+", n)]
+        if len(final) >= 2 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     url = client.api_url
