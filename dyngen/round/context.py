@@ -32,10 +32,6 @@ class PreviousEvent:
     step: int
     seconds_before: float  # how long before this event it was sent, on the trainer's clock
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "step": self.step,
-                "seconds_before": self.seconds_before}
-
 
 @dataclass(frozen=True)
 class Trigger:
