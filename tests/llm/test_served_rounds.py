@@ -5,7 +5,6 @@ and torch stay out of them."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from dyngen.server.processes import free_port
 from dyngen.store import Store, verify
 from tests.generators.proposer_tasks import HARD, task_dataset
 from tests.llm.llama_server import MODEL_ALIAS, LlamaServer
-from tests.llm.support import KEY, KEY_ENV, served
+from tests.llm.support import KEY, KEY_ENV, Records, key_set_and_every_log_kept, served
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -58,17 +57,6 @@ def seeded_store(folder: Path) -> Store:
     return store
 
 
-class Records(logging.Handler):
-    """Every log record of the process, DEBUG up, as text."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.name}: {record.getMessage()}")
-
-
 @pytest.fixture(scope="module")
 def served_round(llama: LlamaServer, tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[tuple[Any, Store, Records]]:
@@ -77,22 +65,8 @@ def served_round(llama: LlamaServer, tmp_path_factory: pytest.TempPathFactory
     store = seeded_store(folder)
     rollouts = write_rollouts(folder / "batch.jsonl", [HARD[0][0], HUGE, HARD[1][0]])
     cfg, trigger = round_config(store, rollouts, served(llama, hard_k=3))
-    records = Records()
-    # Everything logged, from DEBUG up: the openai and httpx clients' logs, and Prefect's
-    # (which does not propagate to the root logger).
-    loggers = [logging.getLogger(), logging.getLogger("prefect")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(records)
-        lg.setLevel(logging.DEBUG)
-    try:
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv(KEY_ENV, KEY)
-            state = generation_round("gsm", cfg, trigger, return_state=True)
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.removeHandler(records)
-            lg.setLevel(level)
+    with key_set_and_every_log_kept() as records:
+        state = generation_round("gsm", cfg, trigger, return_state=True)
     yield state, store, records
 
 
