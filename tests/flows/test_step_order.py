@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -144,14 +145,20 @@ def test_serve_refuses_a_config_naming_no_generator(tmp_path: Path) -> None:
     assert "data.datagen.path=... data.datagen.name=..." in said
 
 
-def triggered_deployment(dataset: str, tmp_path: Path, threshold: int) -> UUID:
-    """A deployment whose trigger (dyngen serve's) makes its runs from real batch ends."""
+@contextmanager
+def triggered_deployment(dataset: str, tmp_path: Path, threshold: int) -> Iterator[UUID]:
+    """A deployment whose trigger (dyngen serve's) makes its runs from real batch ends;
+    deleted afterwards with its runs."""
     config = params(tmp_path, dataset, 0)["config"]
     deployment_id = generation_round.to_deployment(
         name=f"triggered-{dataset}",
         triggers=[batch_end_trigger(dataset, config, threshold)]).apply()
-    wait_for_automation(PREFECT_API_URL.value(), trigger_name(dataset))
-    return deployment_id
+    try:
+        wait_for_automation(PREFECT_API_URL.value(), trigger_name(dataset))
+        yield deployment_id
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment_id)
 
 
 def send(dataset: str, step: int, event_id: str,
@@ -184,8 +191,7 @@ def test_a_round_whose_previous_batch_ends_run_is_not_created_yet_waits_for_it(
     """The race CI met: Prefect made (and a worker started) step 2's run before step 1's."""
     store = Store(tmp_path / "store")
     store.create("created-late", verl_rows(4))
-    deployment_id = triggered_deployment("created-late", tmp_path, threshold=1)
-    try:
+    with triggered_deployment("created-late", tmp_path, threshold=1) as deployment_id:
         send("created-late", 2, "second", previous={"event_id": "first", "step": 1,
                                                     "seconds_before": 0.01})
         later = run_made_for(deployment_id, "second")
@@ -200,9 +206,6 @@ def test_a_round_whose_previous_batch_ends_run_is_not_created_yet_waits_for_it(
         assert run_made(run_made_for(deployment_id, "first")).is_completed()
         with get_client(sync_client=True) as client:
             assert run_made(client.read_flow_run(later.id)).is_completed()
-    finally:
-        with get_client(sync_client=True) as client:
-            client.delete_deployment(deployment_id)
     history = store.history("created-late")[1:]
     assert [r.lineage["trigger"]["step"] for r in history] == [1, 2]
     assert history[1].lineage["step_order"]["gave_way"] == 1
@@ -214,8 +217,7 @@ def test_a_throttled_triggers_round_does_not_wait_for_batch_ends_that_make_no_ru
     """Every 2 batch ends make one run: the previous batch end's run never comes."""
     store = Store(tmp_path / "store")
     store.create("throttled", verl_rows(4))
-    deployment_id = triggered_deployment("throttled", tmp_path, threshold=2)
-    try:
+    with triggered_deployment("throttled", tmp_path, threshold=2) as deployment_id:
         send("throttled", 1, "one")
         send("throttled", 2, "two", previous={"event_id": "one", "step": 1,
                                               "seconds_before": 0.01})
@@ -223,8 +225,5 @@ def test_a_throttled_triggers_round_does_not_wait_for_batch_ends_that_make_no_ru
         started = time.monotonic()
         assert run_made(run).is_completed()
         assert time.monotonic() - started < 60  # not the 900 s bound
-    finally:
-        with get_client(sync_client=True) as client:
-            client.delete_deployment(deployment_id)
     record = store.history("throttled")[-1]
     assert record.lineage["trigger"]["step"] == 2 and "step_order" not in record.lineage
