@@ -85,33 +85,20 @@ def test_a_real_grpo_trainer_passes_what_the_reward_reads(tmp_path: Path) -> Non
     """One GRPO step on the shipped seed tasks: TRL hands the rows' columns to the reward as
     keyword arguments. The completions of a 135M model after 8 tokens score 0; the same
     arguments with right answers (and an abduction row's other input) score 1."""
-    from trl import GRPOConfig, GRPOTrainer
-
-    from tests.integrations.test_trl import smollm2
+    from tests.integrations.test_trl import reward_calls_of_one_grpo_step
 
     rows = datasets.Dataset.from_json(str(SEED_FILE)).select(range(2)).to_list()
     rows[1]["prompt"][-1]["content"] = abduction_prompt(PROGRAM, "f", "[4, 9]")
     rows[1]["reward_model"]["ground_truth"] = "[4, 9]"
     rows[1]["extra_info"] = {**rows[1]["extra_info"], **ABDUCTION_INFO}
-    calls: list[dict[str, Any]] = []
 
-    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-        scores = code_task_reward(prompts, completions, **kwargs)
-        right = [[{"role": "assistant", "content": "So: Answer: " + (
+    def right(kwargs: dict[str, Any]) -> list[Any]:
+        return [[{"role": "assistant", "content": "So: Answer: " + (
             "[9, 0, 4]" if info["task"] == ABDUCTION else model["ground_truth"])}]
             for model, info in zip(kwargs["reward_model"], kwargs["extra_info"], strict=True)]
-        calls.append({"scores": scores, "right": code_task_reward(prompts, right, **kwargs),
-                      "kwargs": sorted(kwargs), "completions": completions})
-        return scores
 
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=1, learning_rate=1e-6,
-                      per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=8, report_to=[], use_cpu=True,
-                      save_strategy="no", seed=0)
-    trainer = GRPOTrainer(model=smollm2(CACHE), reward_funcs=reward, args=args,
-                          train_dataset=datasets.Dataset.from_list(rows))
-    trainer.train()
-    assert calls, "the trainer never called the reward"
+    calls = reward_calls_of_one_grpo_step(rows, code_task_reward, right, tmp_path / "out",
+                                          CACHE)
     for call in calls:
         assert {"reward_model", "extra_info", "ability", "data_source"} <= set(call["kwargs"])
         assert isinstance(call["completions"][0], list)  # conversational: messages

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import datasets
 import pytest
 
 from dyngen.errors import ConfigError
@@ -85,29 +84,14 @@ def test_a_real_grpo_trainer_passes_what_the_reward_reads(tmp_path: Path) -> Non
     """One GRPO step on two curriculum rows: TRL hands the rows' columns to the reward as
     keyword arguments. A 135M model's completions after 8 tokens score below 1; the same
     arguments with the labels as answers score 1."""
-    from trl import GRPOConfig, GRPOTrainer
+    from tests.integrations.test_trl import reward_calls_of_one_grpo_step
 
-    from tests.integrations.test_trl import smollm2
+    def right(kwargs: dict[str, Any]) -> list[Any]:
+        return [[{"role": "assistant", "content": f"<answer>{m['ground_truth']}</answer>"}]
+                for m in kwargs["reward_model"]]
 
-    made = rows(["chain_sum", "basic_arithmetic"], 2)
-    calls: list[dict[str, Any]] = []
-
-    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-        scores = reasoning_gym_reward(prompts, completions, **kwargs)
-        right = [[{"role": "assistant", "content": f"<answer>{m['ground_truth']}</answer>"}]
-                 for m in kwargs["reward_model"]]
-        calls.append({"scores": scores, "right": reasoning_gym_reward(prompts, right, **kwargs),
-                      "kwargs": sorted(kwargs), "completions": completions})
-        return scores
-
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=1, learning_rate=1e-6,
-                      per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=8, report_to=[], use_cpu=True,
-                      save_strategy="no", seed=0)
-    trainer = GRPOTrainer(model=smollm2(CACHE), reward_funcs=reward, args=args,
-                          train_dataset=datasets.Dataset.from_list(made))
-    trainer.train()
-    assert calls, "the trainer never called the reward"
+    calls = reward_calls_of_one_grpo_step(rows(["chain_sum", "basic_arithmetic"], 2),
+                                          reasoning_gym_reward, right, tmp_path / "out", CACHE)
     for call in calls:
         assert {"reward_model", "extra_info", "data_source"} <= set(call["kwargs"])
         assert isinstance(call["completions"][0], list)  # conversational: messages

@@ -44,6 +44,32 @@ def smollm2(cache: Path) -> Any:
     return model
 
 
+def reward_calls_of_one_grpo_step(rows: list[dict[str, Any]], reward_fn: Any,
+                                   right: Any, out: Path, cache: Path) -> list[dict[str, Any]]:
+    """One GRPO step of SmolLM2 (2 rows, 2 generations of 8 tokens) on `rows` with `reward_fn`
+    as its reward; what each call saw: the scores, the scores of `right(kwargs)`'s completions
+    with the same arguments, the keyword names, and the completions."""
+    import datasets
+    from trl import GRPOConfig, GRPOTrainer
+
+    calls: list[dict[str, Any]] = []
+
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        scores = reward_fn(prompts, completions, **kwargs)
+        calls.append({"scores": scores, "right": reward_fn(prompts, right(kwargs), **kwargs),
+                      "kwargs": sorted(kwargs), "completions": completions})
+        return scores
+
+    args = GRPOConfig(output_dir=str(out), max_steps=1, learning_rate=1e-6,
+                      per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=8, report_to=[], use_cpu=True,
+                      save_strategy="no", seed=0)
+    GRPOTrainer(model=smollm2(cache), reward_funcs=reward, args=args,
+                train_dataset=datasets.Dataset.from_list(rows)).train()
+    assert calls, "the trainer never called the reward"
+    return calls
+
+
 def test_grpo_trainer_draws_the_rows_a_round_committed_between_steps(
         tmp_path: Path, prefect_server: None) -> None:
     from trl import GRPOConfig, GRPOTrainer
