@@ -1,4 +1,5 @@
-"""A rollout batch as verl's trainer holds it when it computes rewards (for the reward tests)."""
+"""For the reward tests: verl's reward manager, with a reward loaded as verl's trainer loads it,
+and a rollout batch as the trainer holds it when it computes rewards."""
 
 from __future__ import annotations
 
@@ -9,9 +10,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+import verl
 from omegaconf import OmegaConf
 from verl import DataProto
+from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+from verl.workers.reward_manager.naive import NaiveRewardManager
+
+
+def reward_manager(tokenizer: Any, path: str) -> NaiveRewardManager:
+    """verl's NaiveRewardManager calling `path`'s compute_score, loaded by verl's own
+    `get_custom_reward_fn` from `reward.custom_reward_function` of its trainer config."""
+    base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
+    cfg = OmegaConf.merge(base, {"reward": {"custom_reward_function": {
+        "path": path, "name": "compute_score"}}})
+    return NaiveRewardManager(tokenizer, num_examine=0, compute_score=get_custom_reward_fn(cfg))
 
 
 def rollout_batch(tmp_path: Path, tokenizer: Any, rows: list[dict[str, Any]],

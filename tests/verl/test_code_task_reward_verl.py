@@ -8,15 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import verl
-from omegaconf import OmegaConf
 from verl import DataProto
-from verl.trainer.ppo.reward import get_custom_reward_fn
-from verl.workers.reward_manager.naive import NaiveRewardManager
 
 from dyngen.generators.code_tasks.seed_tasks import SEED_FILE
 from dyngen.generators.code_tasks.tasks import ABDUCTION, abduction_prompt
-from tests.verl.batches import rollout_batch
+from tests.verl.batches import reward_manager, rollout_batch
 
 PROGRAM = "def f(x):\n    return sorted(x)[-2:]"
 
@@ -38,11 +34,7 @@ def batch(tmp_path: Path, tokenizer: Any, responses: list[str]) -> DataProto:
 
 def test_verl_loads_and_calls_the_reward_as_its_trainer_does(tmp_path: Path,
                                                              qwen_tokenizer: Any) -> None:
-    base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
-    cfg = OmegaConf.merge(base, {"reward": {"custom_reward_function": {
-        "path": "pkg://dyngen.generators.code_tasks.reward", "name": "compute_score"}}})
-    compute_score = get_custom_reward_fn(cfg)
-    manager = NaiveRewardManager(qwen_tokenizer, num_examine=0, compute_score=compute_score)
+    manager = reward_manager(qwen_tokenizer, "pkg://dyngen.generators.code_tasks.reward")
     truths = [r["reward_model"]["ground_truth"] for r in rows()]
     # Right: the labels written differently ([9,7,4] for [9, 7, 4]) and another input the
     # program maps to [4, 9]; wrong: each off by a little.

@@ -7,15 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import verl
-from omegaconf import OmegaConf
 from verl import DataProto
-from verl.trainer.ppo.reward import get_custom_reward_fn
-from verl.workers.reward_manager.naive import NaiveRewardManager
 
 from dyngen.generators.reasoning_gym import ReasoningGymCurriculum
 from dyngen.round.context import RoundContext, Trigger
-from tests.verl.batches import rollout_batch
+from tests.verl.batches import reward_manager, rollout_batch
 
 
 def rows() -> list[dict[str, Any]]:
@@ -33,11 +29,7 @@ def batch(tmp_path: Path, tokenizer: Any, made: list[dict[str, Any]],
 
 def test_verl_loads_and_calls_the_reward_as_its_trainer_does(tmp_path: Path,
                                                              qwen_tokenizer: Any) -> None:
-    base = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
-    cfg = OmegaConf.merge(base, {"reward": {"custom_reward_function": {
-        "path": "pkg://dyngen.generators.reasoning_gym.reward", "name": "compute_score"}}})
-    compute_score = get_custom_reward_fn(cfg)
-    manager = NaiveRewardManager(qwen_tokenizer, num_examine=0, compute_score=compute_score)
+    manager = reward_manager(qwen_tokenizer, "pkg://dyngen.generators.reasoning_gym.reward")
     made = rows()
     truths = [r["reward_model"]["ground_truth"] for r in made]
     # Right: in answer tags, or as the last line; wrong: each off by one.
