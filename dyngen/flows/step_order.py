@@ -150,18 +150,28 @@ def _awaited_previous(client: SyncPrefectClient, me: FlowRun, previous: Previous
     earlier step, sent within the bound, under a trigger that makes a run of each."""
     if previous is None or previous.step >= step or previous.seconds_before > bound_seconds:
         return None
-    return previous if _every_batch_end_runs(client, me) else None
+    # When it reached the server, about (this run is made as its own batch end arrives): a
+    # batch end sent before the deployment was last applied (`dyngen serve` started, `prefect
+    # deploy` run) may have met no trigger, and has no run to wait for.
+    sent = (me.created or datetime.now(timezone.utc)) - timedelta(
+        seconds=previous.seconds_before)
+    return previous if _every_batch_end_runs(client, me, sent) else None
 
 
-def _every_batch_end_runs(client: SyncPrefectClient, me: FlowRun) -> bool:
+def _every_batch_end_runs(client: SyncPrefectClient, me: FlowRun, since: datetime) -> bool:
     """Whether `me` was made by an automation that makes a run of every matching event (a
-    reactive trigger with threshold 1): only then is the previous batch end's run coming."""
+    reactive trigger with threshold 1), and its deployment was as it is `since`: only then
+    is the run of a batch end sent then coming."""
     made_by = me.created_by
-    if made_by is None or made_by.type != "AUTOMATION" or made_by.id is None:
+    if made_by is None or made_by.type != "AUTOMATION" or made_by.id is None \
+            or me.deployment_id is None:
         return False
     try:
+        applied = client.read_deployment(me.deployment_id).updated
         automation = client.read_automation(made_by.id)
     except Exception:  # deleted since, or not readable: nothing to count on
+        return False
+    if applied is None or applied > since:
         return False
     trigger = automation.trigger if automation is not None else None
     return bool(automation is not None and automation.enabled

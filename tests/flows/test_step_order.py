@@ -227,3 +227,20 @@ def test_a_throttled_triggers_round_does_not_wait_for_batch_ends_that_make_no_ru
         assert time.monotonic() - started < 60  # not the 900 s bound
     record = store.history("throttled")[-1]
     assert record.lineage["trigger"]["step"] == 2 and "step_order" not in record.lineage
+
+
+def test_a_batch_end_sent_before_the_deployment_was_applied_is_not_waited_for(
+        tmp_path: Path) -> None:
+    """A trainer's batch end that met no trigger (`dyngen serve` not started yet) makes no
+    run: the next one, which names it, does not wait for it."""
+    store = Store(tmp_path / "store")
+    store.create("before-deploy", verl_rows(4))
+    send("before-deploy", 1, "unmatched")
+    sent = time.time()
+    time.sleep(1.0)  # the deployment is applied after it, on the server's clock too
+    with triggered_deployment("before-deploy", tmp_path, threshold=1) as deployment_id:
+        send("before-deploy", 2, "matched", previous={
+            "event_id": "unmatched", "step": 1, "seconds_before": time.time() - sent})
+        assert run_made(run_made_for(deployment_id, "matched")).is_completed()
+    record = store.history("before-deploy")[-1]
+    assert record.lineage["trigger"]["step"] == 2 and "step_order" not in record.lineage
