@@ -88,7 +88,7 @@ def generator_speed(rows: int, level: int, repeat: int) -> None:
 
 def round_speed(rows: int) -> None:
     """One round through the flow on a fresh store: rows/s and each stage's share."""
-    from dyngen.flows.in_process import run_round
+    from dyngen.runtime.in_process import run_round
     from dyngen.store import Store
     from tests.rows import verl_rows
 

@@ -4,7 +4,7 @@ For each database: a local Prefect server (dyngen.server.local), `dyngen serve` 
 dataset, and N rounds of each kind, interleaved so that all see the same conditions:
   empty flow        a flow that does nothing (Prefect's floor)
   same-shape flow   a flow of the round's 7 tasks and 2 artifacts, doing nothing
-  direct round      dyngen.flows.in_process.run_round: an 8-row round of the arithmetic curriculum
+  direct round      dyngen.runtime.in_process.run_round: an 8-row round of the arithmetic curriculum
   served round      emit_batch_end → automation → run → warm child → committed version
 The in-process flows run as a direct round does (without Prefect's heartbeat, whose
 thread the sync engine joins at the end of every run: the "heartbeat on" row shows that
@@ -89,7 +89,7 @@ def _kinds(store, emit_batch_end, api_url: str) -> dict[str, Callable[[int], Non
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-    from dyngen.flows.in_process import run_round
+    from dyngen.runtime.in_process import run_round
 
     @task
     def stage() -> None:

@@ -31,7 +31,7 @@ _public_api: dict[str, str] = {
     "RoundContext": "dyngen.round.context",
     "RowFilter": "dyngen.filters.base",
     "Store": "dyngen.store.store",
-    "run_round": "dyngen.flows.in_process",
+    "run_round": "dyngen.runtime.in_process",
     "emit_batch_end": "dyngen.trainers.events",
     "DyngenDataset": "dyngen.trainers.dataset",
 }
@@ -45,9 +45,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from dyngen.filters.base import RowFilter
-    from dyngen.flows.in_process import run_round
     from dyngen.generators.base import AbstractDataGenerator, MockDataGenerator
     from dyngen.round.context import RoundContext
+    from dyngen.runtime.in_process import run_round
     from dyngen.store.store import Store
     from dyngen.trainers.dataset import DyngenDataset
     from dyngen.trainers.events import emit_batch_end

@@ -340,10 +340,10 @@ app.command("follow")(follow_command)
 
 def main() -> None:
     """Entry point of the `dyngen` console script."""
-    from dyngen.quick_exit import exit_after_cleanup, set_exit_code
+    from dyngen.runtime.quick_exit import exit_after_cleanup, set_exit_code
 
     # Ctrl-C on `dyngen serve` must not wait for the interpreter to free Prefect's modules
-    # (serve and follow ask for it: dyngen.quick_exit).
+    # (serve and follow ask for it: dyngen.runtime.quick_exit).
     exit_after_cleanup()
     try:
         app()

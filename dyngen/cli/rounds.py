@@ -39,7 +39,7 @@ def round_(
                           root=state.root, rollouts_dirs=[rollouts.parent] if rollouts else [])
     # Every mistake the config can hold, in this process, before a server or a flow run.
     check_before_start(params, dataset=name)
-    from dyngen.flows.in_process import run_round
+    from dyngen.runtime.in_process import run_round
 
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts) if rollouts else None}
@@ -143,8 +143,8 @@ def serve_(
                           absolute=True)
     # A mistake in the config fails now, not in every round the events start.
     check_before_start(params)
-    from dyngen.flows.serve import serve_rounds
-    from dyngen.quick_exit import exit_quickly
+    from dyngen.runtime.quick_exit import exit_quickly
+    from dyngen.runtime.serve import serve_rounds
 
     exit_quickly()  # after Ctrl-C, gone at once (in the `dyngen` process; see main)
 

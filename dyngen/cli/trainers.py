@@ -89,7 +89,7 @@ def follow_command(
         "--poll-seconds", min=0.01, help="How often to look at the files.")] = 1.0,
 ) -> None:
     """Follow a running verl job's files; emit one batch end per completed training step."""
-    from dyngen.quick_exit import exit_quickly
+    from dyngen.runtime.quick_exit import exit_quickly
     from dyngen.store.names import validate_name
     from dyngen.trainers.verl_follow import VerlFollower
 

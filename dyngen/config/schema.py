@@ -133,7 +133,7 @@ class RoundConfig:
     retry_delay_seconds: float = 2.0
     timeout_seconds: float = 600.0
     # A round first waits for its dataset's rounds of earlier steps that have not ended
-    # (dyngen.flows.step_order), at most this long from its first wait; 0: it does not wait.
+    # (dyngen.round.step_order), at most this long from its first wait; 0: it does not wait.
     order_wait_seconds: float = 900.0
     dedup: bool = True
     near_duplicate: NearDuplicateConfig = field(default_factory=NearDuplicateConfig)

@@ -32,6 +32,8 @@ class RowFilter(ABC):
     """
 
     reason: str = "filtered"
+    # Where the round's lineage keeps what `lineage()` returns (None: nothing beyond counts).
+    lineage_key: str | None = None
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         self.config = config
@@ -54,6 +56,11 @@ class RowFilter(ABC):
         for verdict in verdicts:
             self.stats["kept" if verdict is None else f"dropped_{verdict[0]}"] += 1
         return verdicts
+
+    def lineage(self) -> dict[str, Any] | None:
+        """What the round's lineage keeps of this filter under `lineage_key` (what it asked,
+        what that cost), once the chain has run; None for nothing."""
+        return None
 
     def finish(self, kept: RowBatch) -> RowBatch:
         """What the round stores of the rows every filter kept (the schema filter conforms
@@ -82,6 +89,8 @@ class FilterOutcome:
     counts: Counter[str] = field(default_factory=Counter)
     # Per filter class: rows seen, kept and dropped_<reason>.
     by_filter: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per filter's lineage_key: what the filter's `lineage()` recorded.
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def rejected_by_reason(self) -> dict[str, int]:

@@ -1,5 +1,5 @@
 """The round's filter chain, as configured: schema → over-long → duplicate → near-duplicate
-→ user filters.
+→ user filters → solve rate (the expensive one, on what the others kept).
 
 The one place the round widens the dataset's schema for a round's rows (new extra_info
 fields), and the one place the kept rows become what the store writes.
@@ -7,7 +7,7 @@ fields), and the one place the kept rows become what the store writes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +20,7 @@ from dyngen.filters.duplicate import DuplicateFilter
 from dyngen.filters.near_duplicate import NearDuplicateFilter, params_of
 from dyngen.filters.overlong import OverlongPromptFilter, load_tokenizer
 from dyngen.filters.schema import SchemaFilter
+from dyngen.filters.solve_rate import SolveRateFilter, settings_of
 from dyngen.plugins import load_class
 from dyngen.rows import RowBatch
 from dyngen.store import Store, VersionRecord
@@ -28,10 +29,15 @@ from dyngen.store.shards import schema_from_json, widen
 
 
 def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecord,
-                  rows: Sequence[Any] = ()) -> list[RowFilter]:
-    """schema → over-long prompt → duplicate → near-duplicate → user filters, as configured.
+                  rows: Sequence[Any] = (),
+                  grader: Callable[[RowBatch], list[dict[str, Any]]] | None = None,
+                  ) -> list[RowFilter]:
+    """schema → over-long prompt → duplicate → near-duplicate → user filters → solve rate,
+    as configured.
 
     The schema is the parent's, with the extra_info fields the `rows` add (see `widen`).
+    `grader` grades the solve-rate filter's rows (the round's partitions, each a share);
+    without one the filter asks the policy itself.
     """
     key = cfg.data.prompt_key
     check_prompt_key(key, record, name)
@@ -49,6 +55,9 @@ def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecor
         cls = load_class(entry.path, entry.name, RowFilter, key=f"round.filters[{i}]",
                          kind="filter")
         filters.append(cls(entry))
+    if cfg.round.solve_rate.enabled:
+        filters.append(SolveRateFilter(settings_of(cfg), key, grader=grader,
+                                       salt=(name, record.version + 1)))
     return filters
 
 
@@ -91,6 +100,8 @@ def filter_rows(rows: Sequence[Any], filters: list[RowFilter]) -> FilterOutcome:
         kept = flt.finish(kept)
     outcome.kept = kept
     outcome.rejected = RowBatch(outcome.rejected)
+    outcome.records = {flt.lineage_key: record for flt in filters
+                       if flt.lineage_key and (record := flt.lineage()) is not None}
     return outcome
 
 

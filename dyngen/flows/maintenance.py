@@ -18,8 +18,8 @@ from prefect import get_run_logger
 from dyngen.config import load_config
 from dyngen.config.secrets import refuse_redacted, refuse_secrets
 from dyngen.filters.near_duplicate import params_of
-from dyngen.flows.redaction import deployment_run, redacting_flow
 from dyngen.round import compaction_policy
+from dyngen.round.redaction import deployment_run, redacting_flow
 from dyngen.store import Store
 from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name

@@ -26,7 +26,7 @@ FIELDS = ("event_id", "step", "metrics", "rollouts", "previous")
 @dataclass(frozen=True)
 class PreviousEvent:
     """The batch end the same trainer sent before this one, for the same dataset and server
-    (dyngen.trainers.chain): a round waits for its run to exist and end (flows/step_order.py)."""
+    (dyngen.trainers.chain): a round waits for its run to exist and end (round/step_order.py)."""
 
     event_id: str
     step: int

@@ -47,7 +47,8 @@ class RoundLineage:
     flow_run_name: str | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     partitions: dict[str, Any] | None = None  # the fan-out, when the round had one
-    solve_rate: dict[str, Any] | None = None  # the solve-rate stage, when it ran
+    # What filters recorded beyond their counts, by key (`solve_rate`: the policy's grading)
+    filters: dict[str, dict[str, Any]] = field(default_factory=dict)
     # How it kept its dataset's step order, when it waited for earlier steps or went ahead
     step_order: dict[str, Any] | None = None
 
@@ -61,8 +62,12 @@ class RoundLineage:
                "flow_run_name": self.flow_run_name, "timings": dict(self.timings)}
         if self.partitions:
             out["partitions"] = self.partitions
-        if self.solve_rate:
-            out["solve_rate"] = self.solve_rate
+        for key, record in self.filters.items():
+            if key in out:  # a filter's lineage_key must not hide the round's own records
+                raise ValueError(f"a filter's lineage_key {key!r} is one of the round's own "
+                                 "lineage keys; give the filter another lineage_key.")
+            if record:
+                out[key] = record
         if self.step_order:
             out["step_order"] = self.step_order
         return out
@@ -72,7 +77,6 @@ def round_lineage(context: RoundContext, generator: dict[str, Any], generated: i
                   outcome: FilterOutcome, timings: Mapping[str, float], *,
                   run_id: Any = None, run_name: str | None = None,
                   partitions: dict[str, Any] | None = None,
-                  solve_rate: dict[str, Any] | None = None,
                   step_order: dict[str, Any] | None = None) -> RoundLineage:
     """The lineage of the round `context` describes, from what its stages returned."""
     counts = RoundCounts(generated=generated, kept=len(outcome.kept),
@@ -80,7 +84,7 @@ def round_lineage(context: RoundContext, generator: dict[str, Any], generated: i
     return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
                         counts=counts, flow_run_id=str(run_id) if run_id else None,
                         flow_run_name=run_name, timings=dict(timings), partitions=partitions,
-                        solve_rate=solve_rate, step_order=step_order)
+                        filters=dict(outcome.records), step_order=step_order)
 
 
 # ---- the round's log line ---------------------------------------------------------------

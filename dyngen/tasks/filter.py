@@ -1,4 +1,5 @@
-"""Stage 3: schema → over-long prompt → duplicate → user filters, each rejection kept."""
+"""Stage 3: schema → over-long prompt → duplicate → near-duplicate → user filters → solve
+rate, each rejection kept with its reason."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ from prefect.cache_policies import NO_CACHE
 from dyngen.faults import crash_point
 from dyngen.filters import FilterOutcome
 from dyngen.filters.chain import build_filters, filter_rows
+from dyngen.round import RoundContext
 from dyngen.store import Store, VersionRecord
+from dyngen.tasks.solve_rate import share_grader
 
 
 @task(name="filter", cache_policy=NO_CACHE)
-def filter_generated(cfg: DictConfig, parent: VersionRecord, rows: list[Any]) -> FilterOutcome:
-    """Rows kept and rows quarantined with their reasons, against the parent version."""
+def filter_generated(cfg: DictConfig, parent: VersionRecord, rows: list[Any],
+                     context: RoundContext) -> FilterOutcome:
+    """Rows kept and rows quarantined with their reasons, against the parent version; the
+    solve-rate filter's rows are graded by the round's partitions."""
     store = Store.from_config(cfg.store)
-    outcome = filter_rows(rows, build_filters(cfg, store, parent.dataset, parent, rows))
+    filters = build_filters(cfg, store, parent.dataset, parent, rows,
+                            grader=share_grader(cfg, context))
+    outcome = filter_rows(rows, filters)
     crash_point("round.after_filter")
     return outcome

@@ -6,7 +6,7 @@ order, and a worker may start a later step's round before the earlier step's run
 a round that looked only at the runs the server has would go ahead of it. So a batch end
 carries `trigger.previous`: the event id and step of the batch end sent before it for the
 same dataset to the same server, and how many seconds before it (on the trainer's clock).
-The round waits for that run to exist and end (dyngen.flows.step_order).
+The round waits for that run to exist and end (dyngen.round.step_order).
 
 The chain is kept beside the outbox (one small file per server and dataset), so events of
 `dyngen emit` run once per batch are linked too, and a restarted trainer's first event

@@ -41,7 +41,7 @@ Mode = Literal["emit", "inline"]
 RoundRunner = Callable[..., dict[str, Any]]
 # The round run in this process (a Prefect flow run). Named, not imported: the core never
 # imports the Prefect layer; an inline dataset reaches it only when it runs a round.
-DEFAULT_ROUND_RUNNER = "dyngen.flows.in_process:run_round"
+DEFAULT_ROUND_RUNNER = "dyngen.runtime.in_process:run_round"
 MODES: tuple[str, ...] = ("emit", "inline")
 # Event ids of start rounds: one per dataset and head, whichever process asks first.
 _START_NAMESPACE = uuid.UUID("5d0f0c62-3d43-4c1e-9f59-0b4b0e8f6a51")

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dyngen.flows.step_order import GAVE_WAY_LABEL
+from dyngen.round.step_order import GAVE_WAY_LABEL
 from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, VersionRecord, verify
 from dyngen.trainers.events import batch_end_event, batch_end_payload, emit_batch_end, trigger_name

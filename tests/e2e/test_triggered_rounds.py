@@ -67,7 +67,7 @@ def finished_runs(server: LocalServer, dataset: str, count: int,
 
 def last_attempt_spans(server: LocalServer, runs: list) -> list[tuple]:
     """(start, end) of each run's last attempt: a round that gave its place back to an
-    earlier step (dyngen.flows.step_order) ran again later, its first start long before."""
+    earlier step (dyngen.round.step_order) ran again later, its first start long before."""
     from prefect.client.orchestration import get_client
 
     with server.client_settings(), get_client(sync_client=True) as client:

@@ -121,8 +121,8 @@ def test_a_dyngen_module_that_fails_to_import_raises_when_the_dataset_is_built(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Store(tmp_path).create("ds", verl_rows(2))
     # None in sys.modules makes `import` fail as a shadowed or half-installed module does.
-    monkeypatch.setitem(sys.modules, "dyngen.flows.in_process", None)
-    with pytest.raises(DyngenImportError, match="dyngen.flows.in_process") as raised:
+    monkeypatch.setitem(sys.modules, "dyngen.runtime.in_process", None)
+    with pytest.raises(DyngenImportError, match="dyngen.runtime.in_process") as raised:
         inline(tmp_path, {"path": "pkg://tests.flows.gens", "name": "UsesContext"})
     assert "cannot start" in str(raised.value) and "\n" not in str(raised.value)
 

@@ -148,7 +148,7 @@ from pathlib import Path
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from dyngen.store import Store
-from dyngen.flows.in_process import run_round
+from dyngen.runtime.in_process import run_round
 from tests.flows.test_partitions import partitioned_config
 root, folder, address = sys.argv[1:]
 cfg = partitioned_config(Store(root), Path(folder), 2)

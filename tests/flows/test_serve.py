@@ -12,7 +12,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
-from dyngen.flows.serve import DEPLOYMENT_NAME, round_deployment, serve_rounds
+from dyngen.runtime.serve import DEPLOYMENT_NAME, round_deployment, serve_rounds
 
 MOCK = {"data": {"datagen": {"path": "pkg://dyngen.generators.base",
                              "name": "MockDataGenerator"}}}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
-from dyngen.flows.warm_runner import _in_line
+from dyngen.runtime.warm_runner import _in_line
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from dyngen.flows.serve import batch_end_trigger
+from dyngen.runtime.serve import batch_end_trigger
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,9 +24,9 @@ from dyngen.cli import app
 from dyngen.config import round_params
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
-from dyngen.flows.in_process import run_round
-from dyngen.flows.serve import batch_end_trigger, serve_rounds
-from dyngen.flows.step_order import GAVE_WAY_LABEL, GIVEN_WAY_STATE
+from dyngen.round.step_order import GAVE_WAY_LABEL, GIVEN_WAY_STATE
+from dyngen.runtime.in_process import run_round
+from dyngen.runtime.serve import batch_end_trigger, serve_rounds
 from dyngen.server.local import wait_for_automation
 from dyngen.store import Store
 from dyngen.trainers.events import batch_end_event, batch_end_payload, trigger_name

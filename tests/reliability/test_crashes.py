@@ -28,9 +28,9 @@ from prefect.client.schemas.filters import (
 )
 
 from dyngen.faults import CRASH_ENV, CRASH_POINTS
-from dyngen.flows import round_guard
 from dyngen.flows.generation_round import generation_round
-from dyngen.flows.round_guard import LEASE_SECONDS
+from dyngen.round import holders, slot
+from dyngen.round.slot import LEASE_SECONDS
 from dyngen.store import Store, gc, verify
 from dyngen.tasks.version import artifact_key
 from tests.reliability.helpers import (
@@ -136,23 +136,23 @@ def test_every_crash_point_is_placed_in_the_code() -> None:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_only_a_process_that_has_exited_counts_as_a_dead_slot_holder() -> None:
     child = subprocess.Popen(["sleep", "30"])
-    identity = round_guard._process_identity(child.pid)
+    identity = holders.process_identity(child.pid)
     assert identity is not None
     machine, pid, started = identity.split("/")
     try:
-        assert not round_guard._process_is_gone(identity)  # alive: never freed
-        assert round_guard._process_is_gone(f"{machine}/{pid}/{int(started) + 1}")  # pid reused
-        assert not round_guard._process_is_gone(f"other-machine/{pid}/{started}")
-        assert not round_guard._process_is_gone("")  # unknown: the lease lapses on its own
+        assert not holders.process_is_gone(identity)  # alive: never freed
+        assert holders.process_is_gone(f"{machine}/{pid}/{int(started) + 1}")  # pid reused
+        assert not holders.process_is_gone(f"other-machine/{pid}/{started}")
+        assert not holders.process_is_gone("")  # unknown: the lease lapses on its own
         child.kill()
         deadline = time.monotonic() + 10
-        while not round_guard._process_is_gone(identity):  # a zombie until reaped
+        while not holders.process_is_gone(identity):  # a zombie until reaped
             assert time.monotonic() < deadline, "a killed child never counted as gone"
             time.sleep(0.01)
     finally:
         child.kill()
         child.wait()
-    assert round_guard._process_is_gone(identity)
+    assert holders.process_is_gone(identity)
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
@@ -160,7 +160,7 @@ def test_a_round_killed_at_a_point_recovers_to_exactly_one_new_version(
         point: str, crashes: dict[str, Crash], report: Report,
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A rerun stuck behind the dead round's slot fails fast instead of waiting an hour.
-    monkeypatch.setattr(round_guard, "GUARD_TIMEOUT_SECONDS", RERUN_LIMIT_SECONDS)
+    monkeypatch.setattr(slot, "GUARD_TIMEOUT_SECONDS", RERUN_LIMIT_SECONDS)
     report.tried.append(point)
     try:
         _check_crash_and_rerun(point, crashes[point])

@@ -110,17 +110,17 @@ def test_a_round_slot_held_across_a_server_restart_is_released_after_it(
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from dyngen.flows import round_guard
+    from dyngen.round import slot
 
     # Without leases on disk the restarted server has forgotten the lease: the release
     # below fails and the next round of the dataset waits until this limit.
-    monkeypatch.setattr(round_guard, "GUARD_TIMEOUT_SECONDS", 20.0)
+    monkeypatch.setattr(slot, "GUARD_TIMEOUT_SECONDS", 20.0)
     with temporary_settings({PREFECT_API_URL: own_server.api_url}):
-        lease = round_guard._acquire_slot("restarted")
+        lease = slot._acquire_slot("restarted")
         own_server.stop()
         own_server.start()
         with get_client(sync_client=True) as client:
             client.release_concurrency_slots_with_lease(lease)
         started = time.monotonic()
-        round_guard._acquire_slot("restarted")
+        slot._acquire_slot("restarted")
     assert time.monotonic() - started < 10

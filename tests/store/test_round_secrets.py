@@ -26,7 +26,7 @@ from prefect.flow_engine import run_flow
 from dyngen.config.secrets import REDACTED
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
-from dyngen.flows.serve import round_deployment
+from dyngen.runtime.serve import round_deployment
 from dyngen.store import Store
 from tests.rows import verl_rows
 from tests.store.conftest import new_bucket

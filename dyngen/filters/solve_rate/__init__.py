@@ -4,7 +4,8 @@ The policy (a served endpoint, or an in-process model) completes each new row's 
 `samples` times; a verl-form reward function grades each completion (rewards.py); rows
 whose pass rate falls outside the inclusive band `keep` are quarantined as `too_easy` or
 `too_hard` with the measured rate, and kept rows carry `extra_info.solve_rate`. It runs
-after every other filter (it is the expensive one), each partition grading its own share.
+last in the round's filter chain (it is the expensive one), each partition grading its own
+share (dyngen.tasks.solve_rate).
 """
 
 from __future__ import annotations
@@ -13,17 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from dyngen.filters.solve_rate.grading import Grade, grade_rows, requests_for
+from dyngen.filters.solve_rate.grading import Grade, band_verdict, grade_rows, requests_for
 from dyngen.filters.solve_rate.lineage import histogram, host_port, stage_lineage
 from dyngen.filters.solve_rate.rewards import DEFAULT_REWARDS, RewardChooser, score_of
-from dyngen.filters.solve_rate.shares import apply_grades, grade_share, split
-from dyngen.filters.solve_rate.stage import (
-    SECTION,
-    SolveRateFilter,
-    band_verdict,
-    policy_model,
-    with_records,
-)
+from dyngen.filters.solve_rate.shares import grade_share, split
+from dyngen.filters.solve_rate.stage import SECTION, SolveRateFilter, policy_model, with_records
 
 
 def settings_of(cfg: DictConfig) -> dict[str, Any]:
@@ -52,7 +47,6 @@ __all__ = [
     "Grade",
     "RewardChooser",
     "SolveRateFilter",
-    "apply_grades",
     "band_verdict",
     "check_before_round",
     "grade_rows",

@@ -36,6 +36,18 @@ class Grade:
         return self.passed / self.samples
 
 
+def band_verdict(grade: Grade, keep: Sequence[float]) -> tuple[str, str] | None:
+    """None inside the band; else (too_easy | too_hard | model_error, the measured rate)."""
+    if grade.error is not None:
+        return ("model_error", grade.error)
+    detail = f"{grade.passed}/{grade.samples} passed"
+    if grade.rate > float(keep[1]):
+        return ("too_easy", detail)
+    if grade.rate < float(keep[0]):
+        return ("too_hard", detail)
+    return None
+
+
 def requests_for(rows: Sequence[Mapping[str, Any]], prompt_key: str, settings: Mapping[str, Any],
                  salt: Any = ()) -> list[ChatRequest]:
     """One request of `samples` completions per row, seeded by its prompt (reproducible)."""

@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from dyngen.filters.solve_rate.grading import Grade
-from dyngen.filters.solve_rate.stage import band_verdict
+from dyngen.filters.solve_rate.grading import Grade, band_verdict
 
 USAGE_SUMS = ("requests", "http_requests", "retries", "failures", "prompt_tokens",
               "completion_tokens")

@@ -1,15 +1,12 @@
-"""The solve-rate stage over a round's kept rows: split into shares (one per partition),
-each share graded on its own, the grades applied to the round's outcome as one filter."""
+"""The solve-rate filter's rows split into shares (one per partition of the round), each
+share graded on its own (dyngen.tasks.solve_rate runs each as a task)."""
 
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from dyngen.filters.base import FilterOutcome, run_filters
-from dyngen.filters.solve_rate.grading import Grade
 from dyngen.filters.solve_rate.stage import SolveRateFilter
 from dyngen.rows import RowBatch
 
@@ -34,21 +31,3 @@ def grade_share(settings: Mapping[str, Any], prompt_key: str, rows: RowBatch,
     return {"grades": grades, "usage": flt.usage, "model": flt.model_name,
             "n_in_one_request": flt.n_in_one_request,
             "seconds": round(time.perf_counter() - started, 3)}
-
-
-def apply_grades(outcome: FilterOutcome, grades: Sequence[Grade], settings: Mapping[str, Any],
-                 model_name: str) -> FilterOutcome:
-    """`outcome` with the rows outside the band moved to its quarantine, and the kept rows
-    carrying their extra_info.solve_rate."""
-    flt = SolveRateFilter(settings, grades=grades)
-    flt.model_name = model_name
-    kept = outcome.kept if isinstance(outcome.kept, RowBatch) else RowBatch(outcome.kept)
-    graded = run_filters(kept, [flt])
-    counts: Counter[str] = Counter(outcome.counts)
-    counts.update({k: v for k, v in graded.counts.items() if k not in ("total", "kept")})
-    kept = flt.finish(graded.kept if isinstance(graded.kept, RowBatch)
-                      else RowBatch(graded.kept))
-    counts["kept"] = len(kept)
-    return FilterOutcome(kept=kept, rejected=RowBatch([*outcome.rejected, *graded.rejected]),
-                         counts=counts,
-                         by_filter={**outcome.by_filter, "SolveRateFilter": dict(flt.stats)})

@@ -11,14 +11,16 @@ weights it serves), else that name.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from dyngen.errors import FilterError
 from dyngen.filters.base import Answer, RowFilter
-from dyngen.filters.solve_rate.grading import Grade, grade_rows
+from dyngen.filters.solve_rate.grading import Grade, band_verdict, grade_rows
+from dyngen.filters.solve_rate.lineage import stage_lineage
 from dyngen.filters.solve_rate.rewards import RewardChooser
 from dyngen.llm import ChatModel, chat_model
 from dyngen.rows import Row, RowBatch
@@ -37,34 +39,27 @@ def policy_model(settings: Mapping[str, Any]) -> ChatModel:
     return chat_model({**{k: settings.get(k) for k in MODEL_KEYS}, "config_section": SECTION})
 
 
-def band_verdict(grade: Grade, keep: Sequence[float]) -> tuple[str, str] | None:
-    """None inside the band; else (too_easy | too_hard | model_error, the measured rate)."""
-    if grade.error is not None:
-        return ("model_error", grade.error)
-    detail = f"{grade.passed}/{grade.samples} passed"
-    if grade.rate > float(keep[1]):
-        return ("too_easy", detail)
-    if grade.rate < float(keep[0]):
-        return ("too_hard", detail)
-    return None
-
-
 class SolveRateFilter(RowFilter):
     """Drop rows the policy always or never solves; record the rate on the rows it keeps.
 
-    Given `grades` (measured elsewhere, e.g. by the round's partitions), it judges by them;
+    Given `grades`, it judges by them; given a `grader`, it has it grade the rows (the
+    round's partitions: each share's {grades, usage, model, n_in_one_request, seconds});
     otherwise it asks the policy itself, through `model` or the one the settings name.
-    `finish` finds each kept row's grade by its prompt and extra_info.index.
+    `finish` finds each kept row's grade by its prompt and extra_info.index; `lineage` is
+    what the round records of the stage.
     """
 
     reason = "solve_rate"
+    lineage_key = "solve_rate"
 
     def __init__(self, settings: Mapping[str, Any], prompt_key: str = "prompt", *,
                  model: ChatModel | None = None, grades: Sequence[Grade] | None = None,
+                 grader: Callable[[RowBatch], list[dict[str, Any]]] | None = None,
                  salt: Any = ()) -> None:
         super().__init__(settings)
         self.settings, self.prompt_key, self.salt = dict(settings), prompt_key, salt
         self.model, self.given = model, None if grades is None else list(grades)
+        self.grader = grader
         self.rewards = RewardChooser(_reward(settings, "path"), _reward(settings, "name"))
         self.grades: list[Grade] = []  # every row judged, in order
         self.model_name = model.name if model is not None else str(
@@ -72,9 +67,21 @@ class SolveRateFilter(RowFilter):
         self.usage: dict[str, Any] = {}  # what asking cost (ModelUsage), when it asked itself
         self.n_in_one_request: bool | None = None
         self._kept: dict[str, list[Grade]] = {}  # kept rows' grades, by the row's fingerprint
+        self.shares: list[dict[str, Any]] = []  # what each share's grading cost
+        self.labels: dict[str, str] = {}  # the reward function of each data source
+        self.seconds = 0.0
 
     def check(self, rows: Sequence[Row]) -> list[Answer]:
-        grades = self.given if self.given is not None else self.measure(rows)
+        started = time.perf_counter()
+        if self.given is not None:
+            grades = self.given
+        elif self.grader is not None:
+            grades = self._graded(rows)
+        else:
+            grades = self.measure(rows)
+            self.shares = [{"usage": self.usage, "model": self.model_name,
+                            "n_in_one_request": self.n_in_one_request}]
+        self.seconds += time.perf_counter() - started
         if len(grades) != len(rows):
             raise FilterError(f"SolveRateFilter was given {len(grades)} grades for "
                               f"{len(rows)} rows; expected one per row.")
@@ -85,10 +92,27 @@ class SolveRateFilter(RowFilter):
                 self._kept.setdefault(self._fingerprint(row), []).append(grade)
         return verdicts
 
+    def _graded(self, rows: Sequence[Row]) -> list[Grade]:
+        """Each row's grade from the grader's shares (every data source graded, first)."""
+        batch = rows if isinstance(rows, RowBatch) else RowBatch(list(rows))
+        self.labels = self.rewards.check(batch.to_list())  # before any request
+        self.shares = self.grader(batch) if len(batch) else []
+        grades = [g for share in self.shares for g in share["grades"]]
+        self.model_name = next((s["model"] for s in self.shares if s.get("model")),
+                               self.model_name)
+        return grades
+
+    def lineage(self) -> dict[str, Any]:
+        """The `solve_rate` entry of the round's lineage: the policy, band, cost, histogram."""
+        out = stage_lineage(self.settings, self.grades, self.shares, self.seconds, self.labels)
+        if self.grader is not None:
+            out["share_seconds"] = [share.get("seconds", 0.0) for share in self.shares]
+        return out
+
     def measure(self, rows: Sequence[Row]) -> list[Grade]:
         """Ask the policy: each row's grade (the model is opened and closed here if ours)."""
         listed = rows.to_list() if isinstance(rows, RowBatch) else list(rows)
-        self.rewards.check(listed)  # refused before the model is even reached
+        self.labels = self.rewards.check(listed)  # refused before the model is even reached
         if not listed:
             return []
         own = self.model is None

@@ -6,7 +6,7 @@ round runs at a time and later ones wait their turn (ENQUEUE).
 
 Two ways to run each round, both a process of its own:
 - "fork" (default): a child forked from a warm process that imported the round once
-  (flows/warm_runner.py); a round starts in tens of milliseconds.
+  (runtime/warm_runner.py); a round starts in tens of milliseconds.
 - "process": Prefect's runner (`prefect.serve`), a fresh interpreter per round, which
   imports everything again (1.5-2 s), and so picks up code changed since serving began.
 """
@@ -30,7 +30,7 @@ from dyngen.config.generator_choice import require_generator
 from dyngen.config.secrets import refuse_secrets
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
-from dyngen.flows.warm_runner import WarmRunner
+from dyngen.runtime.warm_runner import WarmRunner
 from dyngen.store.names import validate_name
 from dyngen.trainers.events import (
     DATASET_LABEL,

@@ -11,14 +11,12 @@ released, by id, so no live round's slot is ever freed.
 from __future__ import annotations
 
 import contextvars
-import os
 import random
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from uuid import UUID
 
 import httpx
@@ -36,8 +34,8 @@ from prefect.exceptions import ObjectAlreadyExists
 from prefect.runtime import flow_run
 from prefect.states import Crashed
 
-from dyngen.errors import DatasetNameError
-from dyngen.store.names import validate_name
+from dyngen.round.holders import PROCESS_LABEL, process_is_gone, this_process
+from dyngen.round.run_names import missing_tags
 
 GUARD_TIMEOUT_SECONDS = 3600.0
 
@@ -45,15 +43,13 @@ LEASE_SECONDS = 60.0
 GUARD_POLL_SECONDS = 0.25
 DEAD_HOLDER_CHECK_SECONDS = 2.0
 LEASE_LABEL = "dyngen.round.lease"
-PROCESS_LABEL = "dyngen.round.process"
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_DEAD = ("Z", "X")  # /proc states of a process that has exited (zombie, dead)
 # Limits this process created or found, per API address: later rounds skip the upsert.
 _LIMITS_CREATED: set[tuple[str, str]] = set()
 
 
 @contextmanager
-def round_guard(dataset: str) -> Iterator[None]:
+def dataset_slot(dataset: str) -> Iterator[None]:
     """One round per dataset at a time, across processes and machines (a Prefect limit)."""
     held: list[UUID] = []  # the slot's lease, once the server has granted it
     try:
@@ -86,7 +82,7 @@ def _acquire_slot(dataset: str, held: list[UUID] | None = None) -> UUID:
         while True:
             try:
                 # A round stopped (SIGTERM, Ctrl-C) while the server grants its slot stops
-                # once the lease is in `held`, which round_guard then releases.
+                # once the lease is in `held`, which dataset_slot then releases.
                 with _signals_held():
                     body = client.increment_concurrency_slots_with_lease(
                         [name], 1, "concurrency", LEASE_SECONDS, holder).json()
@@ -152,7 +148,7 @@ def _release_dead_holders(client: SyncPrefectClient, dataset: str) -> None:
         tags=FlowRunFilterTags(all_=[f"dataset:{dataset}"]),
         state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
     for run in runs:
-        if not run.labels.get(LEASE_LABEL) or run.id == flow_run.id or not _process_is_gone(
+        if not run.labels.get(LEASE_LABEL) or run.id == flow_run.id or not process_is_gone(
                 str(run.labels.get(PROCESS_LABEL, ""))):
             continue
         crashed = Crashed(message="its process died while holding the round slot of "
@@ -208,92 +204,14 @@ def _renewing(lease_id: UUID) -> Iterator[None]:
         thread.join(timeout=5)
 
 
-def _process_identity(pid: int) -> str | None:
-    """`<boot id>:<pid namespace>/<pid>/<start time>`: one process of one machine, ever.
-
-    None where /proc cannot tell (not Linux, or no such live process).
-    """
-    machine, stat = _machine(), _proc_stat(pid)
-    if machine is None or stat is None or stat[0] in _DEAD:
-        return None
-    return f"{machine}/{pid}/{stat[1]}"
-
-
-def _process_is_gone(identity: str) -> bool:
-    """True only if `identity` names a process of this machine that no longer runs."""
-    machine, _, rest = identity.partition("/")
-    pid, _, started = rest.partition("/")
-    if not pid.isdigit() or machine != _machine():
-        return False  # another machine (or unknown): its lease lapses on its own
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # alive, owned by another user
-    stat = _proc_stat(int(pid))
-    # A zombie has died; a different start time means the pid now names another process.
-    return stat is not None and (stat[0] in _DEAD or stat[1] != started)
-
-
-def _machine() -> str | None:
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{boot}:{os.readlink('/proc/self/ns/pid')}"
-    except OSError:
-        return None
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time in clock ticks after boot) of a process, from /proc."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()  # the command name may hold spaces and ')'
-    return fields[0], fields[19]
-
-
 def _mark_holder(dataset: str, lease_id: UUID) -> None:
     """Tag the run with its dataset and label it with its lease and process, so that a
     waiting round can find it, tell whether it died, and free its slot."""
     if flow_run.id is None:
         return
     with get_client(sync_client=True) as client:
-        tags = _missing_tags(dataset)
+        tags = missing_tags(dataset)
         if tags is not None:  # tagged at creation: served for one dataset, or run_round
             client.update_flow_run(flow_run.id, tags=tags)
         client.update_flow_run_labels(flow_run.id, {
-            LEASE_LABEL: str(lease_id), PROCESS_LABEL: _process_identity(os.getpid()) or ""})
-
-
-def waiting_run_name() -> str:
-    """A round's run name until it knows its version: `<dataset>-step-<N>` (or `-round`)."""
-    params = flow_run.parameters
-    trigger = params.get("trigger")
-    step = trigger.get("step") if isinstance(trigger, Mapping) else None
-    suffix = f"step-{step}" if isinstance(step, int) else "round"
-    return f"{params.get('dataset', 'dataset')}-{suffix}"
-
-
-def name_run(dataset: str, round_no: int) -> None:
-    """Name the flow run `<dataset>-v<round>` (one write; the run's tags are already set)."""
-    if flow_run.id is None:
-        return
-    with get_client(sync_client=True) as client:
-        client.update_flow_run(flow_run.id, name=f"{dataset}-v{round_no}")
-
-
-def round_tags(dataset: str) -> list[str]:
-    """The tags of a round's flow run (none for a name that is not a dataset's)."""
-    try:
-        return ["dyngen", f"dataset:{validate_name(dataset)}"]
-    except DatasetNameError:
-        return []
-
-
-def _missing_tags(dataset: str) -> list[str] | None:
-    """The run's tags plus the round's, or None when it has them all already."""
-    current = set(flow_run.tags)
-    wanted = current | set(round_tags(dataset))
-    return None if wanted == current else sorted(wanted)
+            LEASE_LABEL: str(lease_id), PROCESS_LABEL: this_process()})

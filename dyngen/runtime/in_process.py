@@ -5,7 +5,7 @@ which sleeps in one-second steps: up to a second per round spent waiting, after 
 version is committed and the run is Completed. Heartbeats let a server notice that a
 run's process died; here that process is the caller's own, which sees the failure
 itself, and a waiting round frees the slot of a round whose process is gone
-(flows/round_guard.py). So a round run in process does without them, for that run only:
+(round/slot.py). So a round run in process does without them, for that run only:
 served and deployed rounds (their own processes) keep Prefect's heartbeat.
 """
 
@@ -17,7 +17,7 @@ from prefect import tags
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from dyngen.flows.generation_round import generation_round
-from dyngen.flows.round_guard import round_tags
+from dyngen.round.run_names import round_tags
 from dyngen.server.local import ensure_prefect_api
 
 

@@ -2,7 +2,7 @@
 
 Prefect hands a pool's runs to workers in no particular order, and its trigger service may
 create the runs of batch ends sent back to back in any order. So before it takes its
-dataset's slot (flows/round_guard.py), a round looks on the Prefect server for its dataset's
+dataset's slot (round/slot.py), a round looks on the Prefect server for its dataset's
 rounds of earlier steps that have not ended (Scheduled, Pending or Running), and waits
 until none is left. The state is the server's: it holds for any number of workers on any
 hosts.
@@ -25,7 +25,6 @@ its first wait, a round goes on anyway, and says so in its log and its lineage.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -49,13 +48,9 @@ from prefect.events.schemas.automations import EventTrigger, Posture
 from prefect.exceptions import Abort
 from prefect.states import Crashed, Scheduled
 
-from dyngen.flows.round_guard import (
-    PROCESS_LABEL,
-    _process_identity,
-    _process_is_gone,
-    end_dead_round,
-)
 from dyngen.round.context import PreviousEvent, Trigger
+from dyngen.round.holders import PROCESS_LABEL, process_is_gone, this_process
+from dyngen.round.slot import end_dead_round
 
 POLL_SECONDS = 1.0  # each look reads the flow's unfinished runs: keep the server's load low
 SINCE_LABEL = "dyngen.round.order_wait_since"  # when this run first waited (epoch seconds)
@@ -115,7 +110,7 @@ def keep_step_order(dataset: str, trigger: Trigger, bound_seconds: float) -> Ste
                 since = now if since is None else since
                 client.update_flow_run_labels(me.id, {
                     SINCE_LABEL: f"{since:.3f}",
-                    PROCESS_LABEL: _process_identity(os.getpid()) or ""})
+                    PROCESS_LABEL: this_process()})
             order.waited_seconds = now - since
             missing = [awaited.step] if awaited is not None else []
             steps = sorted({_step(run) or 0 for run in earlier} | set(missing))
@@ -223,7 +218,7 @@ def _died_here(client: SyncPrefectClient, run: FlowRun, dataset: str) -> bool:
     """Whether `run` is a Running round whose process on this machine is gone (then it is
     marked Crashed): nobody waits for a round that cannot end by itself."""
     identity = str(run.labels.get(PROCESS_LABEL, ""))
-    if not (run.state and run.state.is_running() and identity and _process_is_gone(identity)):
+    if not (run.state and run.state.is_running() and identity and process_is_gone(identity)):
         return False
     end_dead_round(client, run, Crashed(
         message=f"its process died before the round of dataset {dataset!r} ended"))

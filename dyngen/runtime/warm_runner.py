@@ -9,7 +9,7 @@ deployment, tasks, logs, artifacts and heartbeats.
 
 Each run keeps its own process, so what happens to it cannot take the serve process down:
 - a child that dies (a crash, a kill, an exit) leaves its run Crashed and the round slot
-  it held (flows/round_guard.py) released;
+  it held (round/slot.py) released;
 - a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL), its
   run TimedOut (Failed) and its slot released;
 - a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled.
@@ -48,7 +48,7 @@ from prefect.flows import Flow
 from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
-from dyngen.flows.round_guard import end_dead_round, release_round_slot
+from dyngen.round.slot import end_dead_round, release_round_slot
 
 logger = logging.getLogger("dyngen.serve")
 
@@ -123,7 +123,7 @@ class WarmRunner:
         self.max_round_seconds = max_round_seconds
         self.context = multiprocessing.get_context("forkserver")
         # fork_server_exit first: its exit handler must run after every other one.
-        self.context.set_forkserver_preload(["dyngen.flows.fork_server_exit",
+        self.context.set_forkserver_preload(["dyngen.runtime.fork_server_exit",
                                              self.flow_ref[0], __name__, *RUN_MODULES,
                                              *preload])
         self.children: dict[UUID, _Child] = {}
@@ -246,7 +246,7 @@ class WarmRunner:
             release_round_slot(client, run)
             return
         if final or run.state is not None and run.state.is_scheduled():
-            return  # ended, or put back to wait for an earlier step (flows/step_order.py)
+            return  # ended, or put back to wait for an earlier step (round/step_order.py)
         state = Crashed(message=(f"the round's process exited with code "
                                  f"{child.process.exitcode} before its flow run finished"))
         if end_dead_round(client, run, state):
