@@ -1,4 +1,5 @@
-"""Short one-line renderings of user data, shared by the CLI's tables and the report."""
+"""Short one-line renderings of user data, shared by the CLI's tables and the report, and
+the task text of a prompt."""
 
 from __future__ import annotations
 
@@ -54,3 +55,12 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, Sequence) and completion and isinstance(completion[-1], Mapping):
         return str(completion[-1].get("content") or "")
     return ""
+
+
+def question_of(prompt: Any) -> str:
+    """The task text of a prompt: a plain string, or its last user message."""
+    if isinstance(prompt, str):
+        return prompt.strip()
+    users = [m.get("content") or "" for m in prompt or () if isinstance(m, dict)
+             and m.get("role") == "user"]
+    return str(users[-1]).strip() if users else ""

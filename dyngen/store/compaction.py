@@ -29,7 +29,7 @@ from dyngen.store.records import PendingCommit, Run, ShardInfo, VersionRecord
 from dyngen.store.state import LogState
 
 if TYPE_CHECKING:
-    from dyngen.store.store import Store
+    from dyngen.store.writer import StoreWriter
 
 # Shards within this many tiers of a run's largest belong to its tier (Lucene: 0.75).
 _TIER_SPAN = 0.75
@@ -104,7 +104,7 @@ def _small_runs(sizes: list[int], target: int) -> list[tuple[int, int]]:
     return out
 
 
-def compact(store: Store, name: str, policy: CompactionPolicy | None = None, *,
+def compact(store: StoreWriter, name: str, policy: CompactionPolicy | None = None, *,
             full: bool = False) -> list[VersionRecord]:
     """Commit compactions until the policy is satisfied; the versions made (often none)."""
     policy = policy or CompactionPolicy()
@@ -126,7 +126,7 @@ def compact(store: Store, name: str, policy: CompactionPolicy | None = None, *,
     return made
 
 
-def prepare_compaction(store: Store, name: str, policy: CompactionPolicy, *,
+def prepare_compaction(store: StoreWriter, name: str, policy: CompactionPolicy, *,
                        full: bool = False) -> PendingCommit | None:
     """Write the merged shards for the head's runs; None if there is nothing to merge."""
 
@@ -166,20 +166,7 @@ def prepare_compaction(store: Store, name: str, policy: CompactionPolicy, *,
     )
 
 
-def still_applies(removed: tuple[str, ...], head: LogState) -> bool:
-    """Whether every input of a compaction is still in the head, in the same runs."""
-    wanted = set(removed)
-    found = 0
-    for items in (head.shards, head.quarantine):
-        at = [i for i, s in enumerate(items) if s.path in wanted]
-        order = [items[i].path for i in at]
-        if order != [p for p in removed if p in set(order)]:
-            return False
-        found += len(at)
-    return found == len(wanted)
-
-
-def _merge(store: Store, head: LogState, group: tuple[ShardInfo, ...], sub: str,
+def _merge(store: StoreWriter, head: LogState, group: tuple[ShardInfo, ...], sub: str,
            target_bytes: int) -> tuple[ShardInfo, ...]:
     """Rewrite adjacent shards as new ones of at most about `target_bytes` each."""
     from datasets.table import table_cast
@@ -223,7 +210,7 @@ def _chunks(group: tuple[ShardInfo, ...], target_bytes: int) -> list[tuple[Shard
     return [tuple(c) for c in chunks]
 
 
-def _remove(store: Store, name: str, infos: list[ShardInfo]) -> None:
+def _remove(store: StoreWriter, name: str, infos: list[ShardInfo]) -> None:
     for info in infos:
         for rel in info.files:
             store.backend.delete(store.shard_rel(name, info, rel=rel))

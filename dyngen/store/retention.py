@@ -27,7 +27,7 @@ from dyngen.store.records import PendingCommit, VersionRecord
 
 if TYPE_CHECKING:
     from dyngen.store.reader import StoreReader
-    from dyngen.store.store import Store
+    from dyngen.store.writer import StoreWriter
 
 DEFAULT_GRACE_SECONDS = 3600.0
 _SECONDS_PER_DAY = 86400.0
@@ -42,7 +42,7 @@ class VacuumResult:
     removed: list[str]  # files deleted (or that would be, with dry_run)
 
 
-def vacuum(store: Store, name: str, *, keep_versions: int | None = None,
+def vacuum(store: StoreWriter, name: str, *, keep_versions: int | None = None,
            keep_days: float | None = None, grace_seconds: float | None = None,
            dry_run: bool = False) -> VacuumResult:
     """Expire versions neither rule keeps, then delete the files only they named."""

@@ -186,3 +186,15 @@ def splice(items: tuple[ShardInfo, ...], removed: tuple[str, ...],
             placed = True
     return tuple(out)
 
+
+def still_applies(removed: tuple[str, ...], head: LogState) -> bool:
+    """Whether every input of a compaction is still in the head, in the same runs."""
+    wanted = set(removed)
+    found = 0
+    for items in (head.shards, head.quarantine):
+        at = [i for i, s in enumerate(items) if s.path in wanted]
+        order = [items[i].path for i in at]
+        if order != [p for p in removed if p in set(order)]:
+            return False
+        found += len(at)
+    return found == len(wanted)

@@ -25,6 +25,7 @@ from dyngen.store import Store
 from dyngen.store.backend import replace_durably
 from dyngen.store.location import local_folder_for
 from dyngen.store.names import validate_name
+from dyngen.text import question_of
 
 ROLLOUTS_DIR = "rollouts"
 EVENT_NAMESPACE = uuid.UUID("6f1c1f0e-5d33-4c4e-9a55-0d7f3f1e2a10")
@@ -46,15 +47,6 @@ def safe_run_name(run: str) -> str:
     """A run id as one safe path component (other characters become '-')."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", run).strip(".-")[:100]
     return cleaned or "run"
-
-
-def question_of(prompt: Any) -> str:
-    """The task text of a prompt: a plain string, or its last user message."""
-    if isinstance(prompt, str):
-        return prompt.strip()
-    users = [m.get("content") or "" for m in prompt or () if isinstance(m, dict)
-             and m.get("role") == "user"]
-    return str(users[-1]).strip() if users else ""
 
 
 def rollout_record(prompt: Any, score: Any, ground_truth: Any = None) -> dict[str, Any] | None:

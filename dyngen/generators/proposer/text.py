@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from dyngen.trainers.rollouts import question_of
+from dyngen.text import question_of
 
 __all__ = ["normalise", "question_of"]
 
