@@ -79,7 +79,7 @@ def sent_bodies(url: str, datagen: dict[str, Any], concurrency: int) -> list[dic
     from dyngen.generators.proposer import ProposerGenerator, seeds_from_dataset
     from dyngen.generators.proposer.sampling import proposer_requests
     from dyngen.llm import chat_model
-    from dyngen.llm.served import _sample_seed
+    from dyngen.llm.samples import sample_seed
 
     cfg = ProposerGenerator(datagen).settings()
     seeds = seeds_from_dataset(seed_dataset(), int(cfg["hard_k"]), int(cfg["seed_window"]))
@@ -93,7 +93,7 @@ def sent_bodies(url: str, datagen: dict[str, Any], concurrency: int) -> list[dic
                 "max_tokens": req.max_tokens, "temperature": req.temperature,
                 "top_p": req.top_p, "stop": list(req.stop)}
         bodies += ([{**base, "n": req.n, "seed": req.seed}] if together else
-                   [{**base, "seed": _sample_seed(req.seed, j)} for j in range(req.n)])
+                   [{**base, "seed": sample_seed(req.seed, j)} for j in range(req.n)])
     return bodies
 
 

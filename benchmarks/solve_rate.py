@@ -90,14 +90,14 @@ def sent_bodies(settings: dict[str, Any], rows: list[dict[str, Any]], name: str,
                 together: bool) -> list[dict[str, Any]]:
     """The HTTP bodies the stage sends for `rows`, split as it splits them."""
     from dyngen.filters.solve_rate import requests_for
-    from dyngen.llm.served import _sample_seed
+    from dyngen.llm.samples import sample_seed
 
     bodies = []
     for req in requests_for(rows, "prompt", settings, ("bench",)):
         base = {"model": name, "messages": [dict(m) for m in req.messages],
                 "max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p}
         bodies += ([{**base, "n": req.n, "seed": req.seed}] if together else
-                   [{**base, "seed": _sample_seed(req.seed, j)} for j in range(req.n)])
+                   [{**base, "seed": sample_seed(req.seed, j)} for j in range(req.n)])
     return bodies
 
 

@@ -12,11 +12,10 @@ package's AsyncOpenAI client, at most `max_concurrency` at a time. A request is 
 jittered exponential backoff (or the server's Retry-After), on connection errors, timeouts,
 429 and 5xx only; any other status (a 400: e.g. a prompt longer than the context) fails it
 at once. `n` samples go in one request where the server answers n choices and counts all
-their tokens (asked once per endpoint and model with a one-token probe); elsewhere as n
-one-sample requests (llama.cpp counts one choice's tokens for n > 1), so usage counts every
-choice. A call whose requests fail for more than half raises rather than returning:
-ModelUnavailableError when most failed as a later attempt might not (unreachable, timeouts,
-429, 5xx), else ModelError. Needs `pip install 'dyngen[served]'`; imports no torch.
+their tokens, else as n one-sample requests (dyngen.llm.samples). A call whose requests
+fail for more than half raises rather than returning: ModelUnavailableError when most
+failed as a later attempt might not (unreachable, timeouts, 429, 5xx), else ModelError.
+Needs `pip install 'dyngen[served]'`; imports no torch.
 """
 
 from __future__ import annotations
@@ -30,19 +29,12 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from dyngen.errors import ConfigError, MissingDependencyError, ModelError, ModelUnavailableError
-from dyngen.llm.base import (
-    MODEL_DEFAULTS,
-    ChatModel,
-    ChatRequest,
-    ChatResult,
-    ModelUsage,
-    seed_int,
-)
+from dyngen.llm import samples
+from dyngen.llm.base import MODEL_DEFAULTS, ChatModel, ChatRequest, ChatResult, ModelUsage
 
 INSTALL_HINT = "pip install 'dyngen[served]'"
 # Unset request_timeout_seconds: a base for queueing and the prompt, plus a generous time per
@@ -54,8 +46,6 @@ BACKOFF_SECONDS, BACKOFF_CAP_SECONDS, RETRY_AFTER_CAP_SECONDS = 0.5, 20.0, 60.0
 # Failure kinds a retry may get past; the others (bad_request, refused, ...) it will not.
 TRANSIENT = frozenset({"connection", "timeout", "rate_limited", "server_error"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# (endpoint, model) -> whether one request answers n samples with all their tokens counted.
-_N_IN_ONE_REQUEST: dict[tuple[str, str], bool] = {}
 
 T = TypeVar("T")
 
@@ -106,22 +96,6 @@ def sized_timeout(max_tokens: int) -> float:
     return BASE_TIMEOUT_SECONDS + SECONDS_PER_TOKEN * max(1, int(max_tokens))
 
 
-@dataclass(frozen=True)
-class _Answer:
-    texts: tuple[str, ...]
-    prompt_tokens: int
-    completion_tokens: int
-    model: str = ""
-
-
-class _Failed(Exception):
-    """A request that failed for good: its kind (a usage.errors key) and what the server said."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-
-
 class ServedChatModel(ChatModel):
     """A chat model behind an OpenAI-compatible endpoint, asked concurrently, with retries."""
 
@@ -156,7 +130,7 @@ class ServedChatModel(ChatModel):
     @property
     def n_in_one_request(self) -> bool | None:
         """Whether n samples go in one request (None: not yet asked for n > 1)."""
-        return _N_IN_ONE_REQUEST.get(self._n_key())
+        return samples.n_in_one_request(self._n_key())
 
     def check(self) -> None:
         """Reach the endpoint (GET /models) and learn the model's name, or raise a ModelError."""
@@ -241,54 +215,18 @@ class ServedChatModel(ChatModel):
 
     async def _complete(self, requests: list[ChatRequest]) -> list[ChatResult]:
         await self._prepare()
-        if any(r.n > 1 for r in requests) and self._n_key() not in _N_IN_ONE_REQUEST:
-            _N_IN_ONE_REQUEST[self._n_key()] = await self._probe_n()
-        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+        if samples.needs_probe(self._n_key(), requests):
+            self.usage.http_requests += 1
+            await samples.probe(self._n_key(), self._client, self._openai,
+                                self.timeout or sized_timeout(1))
+        return list(await asyncio.gather(
+            *(samples.all_samples(r, self._n_key(), self._call) for r in requests)))
 
     def _n_key(self) -> tuple[str, str]:
         return self.url, self.name
 
-    async def _probe_n(self) -> bool:
-        """Whether one request answers 2 one-token samples and counts both samples' tokens."""
-        self.usage.http_requests += 1
-        try:
-            reply = await self._client.chat.completions.create(
-                model=self.name, messages=[{"role": "user", "content": "Say yes."}], n=2,
-                max_tokens=1, temperature=1.0, timeout=self.timeout or sized_timeout(1))
-        except self._openai.APIError:
-            return False  # a server that refuses n is asked one sample at a time
-        counted = reply.usage.completion_tokens if reply.usage is not None else 0
-        return len(reply.choices) == 2 and counted >= 2
-
-    async def _one(self, req: ChatRequest) -> ChatResult:
-        """All `n` samples of one request, or its error (nothing partial)."""
-        together = req.n == 1 or _N_IN_ONE_REQUEST.get(self._n_key(), False)
-        calls = ([self._call(req, req.n, req.seed)] if together else
-                 [self._call(req, 1, _sample_seed(req.seed, j)) for j in range(req.n)])
-        parts = await asyncio.gather(*calls, return_exceptions=True)
-        for part in parts:
-            if isinstance(part, _Failed):
-                return ChatResult(error=str(part))
-            if isinstance(part, BaseException):
-                raise part
-        answers = [p for p in parts if isinstance(p, _Answer)]
-        texts = [t for a in answers for t in a.texts]
-        if len(texts) < req.n:  # the server ignored n: ask for the rest one by one
-            _N_IN_ONE_REQUEST[self._n_key()] = False
-            more = await self._one(ChatRequest(req.messages, req.n - len(texts), req.max_tokens,
-                                               req.temperature, req.top_p,
-                                               _sample_seed(req.seed, "rest"), req.stop))
-            if not more.ok:
-                return more
-            return ChatResult(tuple(texts) + more.texts, None,
-                              sum(a.prompt_tokens for a in answers) + more.prompt_tokens,
-                              sum(a.completion_tokens for a in answers) + more.completion_tokens,
-                              _answered_by(answers) or more.model)
-        return ChatResult(tuple(texts[:req.n]), None, sum(a.prompt_tokens for a in answers),
-                          sum(a.completion_tokens for a in answers), _answered_by(answers))
-
-    async def _call(self, req: ChatRequest, n: int, seed: int | None) -> _Answer:
-        """One HTTP request, retried on what may pass; raises _Failed when it is given up."""
+    async def _call(self, req: ChatRequest, n: int, seed: int | None) -> samples.Answer:
+        """One HTTP request, retried on what may pass; raises Failed when it is given up."""
         o = self._openai
         params: dict[str, Any] = {
             "model": self.name, "messages": [dict(m) for m in req.messages],
@@ -308,7 +246,7 @@ class ServedChatModel(ChatModel):
                     reply = await self._client.chat.completions.create(**params)
                     usage = reply.usage
                     choices = sorted(reply.choices, key=lambda c: c.index)
-                    return _Answer(tuple(c.message.content or "" for c in choices),
+                    return samples.Answer(tuple(c.message.content or "" for c in choices),
                                    usage.prompt_tokens if usage else 0,
                                    usage.completion_tokens if usage else 0,
                                    str(getattr(reply, "model", "") or ""))
@@ -324,9 +262,9 @@ class ServedChatModel(ChatModel):
                     elif code >= 500:
                         kind, retry_after = "server_error", _retry_after(exc)
                     else:
-                        raise _Failed(_status_kind(code), detail) from None
+                        raise samples.Failed(_status_kind(code), detail) from None
             if attempt == self.max_retries:
-                raise _Failed(kind, f"{detail} (after {self.max_retries} retries)")
+                raise samples.Failed(kind, f"{detail} (after {self.max_retries} retries)")
             self.usage.retries += 1
             await asyncio.sleep(_backoff(attempt, retry_after))
         raise AssertionError("unreachable")
@@ -341,11 +279,6 @@ class ServedChatModel(ChatModel):
         raise cls(f"{len(failed)} of {len(results)} requests to the model at {self.url} failed "
                   f"({', '.join(f'{k}: {n}' for k, n in kinds.most_common())}), more than half: "
                   f"the round stops and commits nothing. First: {failed[0].error}")
-
-
-def _answered_by(answers: Sequence[_Answer]) -> str:
-    """The model the server named in its replies (the first that named one)."""
-    return next((a.model for a in answers if a.model), "")
 
 
 def _whole(cfg: dict[str, Any], key: str, least: int) -> int:
@@ -370,11 +303,6 @@ def _seconds(value: Any, section: str = "data.datagen") -> float | None:
         raise ConfigError(f"{section}.request_timeout_seconds: expected a number of seconds "
                           f"> 0 (or null: sized to max_tokens); found {value!r}.")
     return seconds
-
-
-def _sample_seed(seed: int | None, j: Any) -> int | None:
-    """Each one-sample request its own seed: the same seed would sample the same text."""
-    return None if seed is None else seed_int(seed, j)
 
 
 def _backoff(attempt: int, retry_after: float | None) -> float:
