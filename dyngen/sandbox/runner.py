@@ -1,3 +1,5 @@
+# One file on purpose, over 400 lines for this alone: it is handed as text to a bare
+# interpreter inside the sandbox, where nothing else of dyngen can be imported.
 """The sandbox's supervisor: set up once, then fork one child per run from a started interpreter.
 
 This file is handed to a bare interpreter (`python -S -s -B -c <this text>`) inside the
