@@ -45,4 +45,6 @@ site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true \
     .venv/bin/mkdocs build --strict --quiet --site-dir "$site"
 rm -rf "$site"
-exec .venv/bin/python -m pytest "$@"
+# Both cores: one pytest worker each (its own Prefect home and test server); the end-to-end
+# tests (tests/e2e, and any marked e2e) go to one worker in turn, as one group.
+exec .venv/bin/python -m pytest -n "${DYNGEN_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -61,6 +61,18 @@ def prefect_server() -> Iterator[None]:
         yield
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The end-to-end tests (tests/e2e/ and any marked `e2e`) in one xdist group: under
+    `--dist loadgroup` one worker runs them one after another (each starts servers and
+    workers of its own) while the other workers take the rest."""
+    e2e = Path(__file__).parent / "e2e"
+    for item in items:
+        if e2e in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+
+
 # verl is optional: tests/verl runs in .venv-verl (scripts/test-verl.sh), never skipped.
 collect_ignore_glob = [] if importlib.util.find_spec("verl") else ["verl/*"]
 
