@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 TASKSET_ID = "dyngen_verifiers"
 REWARD_KEY = "env.taskset.task.reward"
 TRUTH_KEY = "reward_model.ground_truth"
+TASKSET_KEYS = ("block_rows", "seed", "system_prompt")  # load_environment passes them on
 
 
 class RewardFunctionConfig(BaseModel):
@@ -272,7 +273,8 @@ def load_environment(root: str | os.PathLike[str] | None, dataset: str,
 
     `reward`: a verl-form reward function's path (`pkg://module` or a .py file), or
     (path, name); None grades each row by its data_source. `env_kwargs` are the env
-    config's other keys (e.g. `agent={"runtime": {"type": "docker"}}`); the seat runs
+    config's other keys (e.g. `agent={"runtime": {"type": "docker"}}`; `block_rows`, `seed`
+    and `system_prompt` go to the taskset's); the seat runs
     one chat turn in a subprocess unless they say otherwise. `taskset_id` names a user's
     environment package exporting `DyngenTaskset` (what env servers in other processes
     import); by default this module, registered as `dyngen_verifiers` in this process.
@@ -287,7 +289,8 @@ def load_environment(root: str | os.PathLike[str] | None, dataset: str,
         sys.modules.setdefault(TASKSET_ID, sys.modules[__name__])
     taskset = {"id": taskset_id, "root": "" if root is None else os.fspath(root),
                "dataset": dataset, "version": version, "follow": follow,
-               "task": {"reward": None if path is None else {"path": path, "name": name}}}
+               "task": {"reward": None if path is None else {"path": path, "name": name}},
+               **{k: env_kwargs.pop(k) for k in TASKSET_KEYS if k in env_kwargs}}
     agent = {"runtime": {"type": "subprocess"}, **dict(env_kwargs.pop("agent", {}) or {})}
     config = vf.SingleAgentEnvConfig.model_validate(
         {**env_kwargs, "taskset": taskset, "agent": agent})
