@@ -121,3 +121,19 @@ def test_the_taskset_config_names_its_mistakes(store: Store) -> None:
     with pytest.raises(ConfigError, match="block_rows"):
         load_environment(store.root, NAME, block_rows=0)
     assert issubclass(PinnedDyngenTaskset, DyngenTaskset)
+
+
+def test_a_users_environment_module_loads_through_verifiers_own_loader(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from verifiers.v1.utils.loaders import load_environment as vf_load_environment
+    from verifiers.v1.utils.loaders import resolve_env_config
+
+    # docs/trainers/verifiers.md's module, found by its id as prime-rl's env servers find it
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "examples" / "my_dyngen_env"))
+    config = resolve_env_config({
+        "taskset": {"id": "my_dyngen_env", "root": str(store.root), "dataset": NAME},
+        "agent": {"runtime": {"type": "subprocess"}}})
+    env = vf_load_environment(config)
+    assert type(env.taskset) is DyngenTaskset and type(env.taskset).INFINITE
+    assert config.agent_harnesses()["agent"].id == "my_dyngen_env"  # DyngenHarness
+    assert next(iter(env.taskset)).data.data_source == "dyngen-arithmetic"
