@@ -19,24 +19,17 @@ import pytest
 
 from dyngen.errors import ConfigError
 from dyngen.store import Store
-from dyngen.trainers.outbox import Outbox
 from dyngen.trainers.prime_rl_follow import PrimeRLFollower
 from dyngen.trainers.rollouts import event_id_for
 from dyngen.trainers.verifiers import task_data
 from tests.integrations.prime_rl_files import PrimeRLRun, episode
+from tests.integrations.test_follow import NAME, queued  # the verl follower's, reused
 from tests.rows import verl_rows
-from tests.support import UNUSED_API
-
-NAME = "prime-follow"
-
-
-def queued() -> list[dict[str, Any]]:
-    """The triggers of the batch ends waiting for the (absent) server, in order."""
-    return [json.loads(p.read_text())["payload"]["trigger"] for p in Outbox().pending(UNUSED_API)]
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
+    """A store holding NAME: three verl rows."""
     store = Store(tmp_path / "store")
     store.create(NAME, verl_rows(3))
     return store
