@@ -21,7 +21,10 @@ from dyngen.generators.augment.base import (
     NotApplicable,
     with_question,
 )
+from dyngen.generators.augment.code_inputs import CodeInputsAugmenter
+from dyngen.generators.augment.reasoning_gym import ReasoningGymAugmenter
 from dyngen.generators.augment.renumber import RenumberAugmenter
+from dyngen.generators.augment.rephrase import RephraseAugmenter
 from dyngen.generators.augment.select import SELECTIONS, Source, select_sources
 
 __all__ = [
@@ -31,8 +34,11 @@ __all__ = [
     "AugmentContext",
     "Augmenter",
     "BadRow",
+    "CodeInputsAugmenter",
     "NotApplicable",
+    "ReasoningGymAugmenter",
     "RenumberAugmenter",
+    "RephraseAugmenter",
     "Source",
     "select_sources",
     "with_question",
