@@ -67,15 +67,19 @@ def test_a_round_augments_the_rows_the_rollouts_failed(tmp_path: Path) -> None:
     store.create("stories", rows)
     failed = [(rows[i], 0.0) for i in (0, 1, 3, 4, 6, 7, 8)] + [(rows[2], 1.0), (rows[5], 1.0)]
     batch = rollouts(tmp_path / "step-1.jsonl", failed)
-    result = generation_round(
-        "stories", config(store, tmp_path, path="pkg://dyngen.generators.augment",
-                          name="RenumberAugmenter", rows_per_round=8),
-        {"event_id": "batch-1", "step": 1, "rollouts": str(batch)})
-    counts = result["counts"]
+    # Through `dyngen round`, as the docs page runs it: the round says what it skipped.
+    out = CliRunner(env={"COLUMNS": "200"}).invoke(app, [
+        "--root", str(store.root), "round", "stories",
+        "data.datagen.path=pkg://dyngen.generators.augment",
+        "data.datagen.name=RenumberAugmenter", "+data.datagen.rows_per_round=8",
+        "data.filter_overlong_prompts=false", "round.retries=0", "--rollouts", str(batch),
+        "--step", "1"])
+    assert out.exit_code == 0, out.output
     # Five rows with a program failed; the near-duplicate filter keeps the renumbered
     # stories (other numbers); the broken template is quarantined, the prime skipped.
-    assert counts["generated"] == counts["kept"] == 5, counts
-    assert counts["rejected"] == {"bad_template": 1}
+    assert "kept 5 of 5, rejected {'bad_template': 1}" in out.output, out.output
+    assert "skipped 1 source rows the generator cannot apply to: {'no_program': 1}" \
+        in out.output
     head = store.load("stories")
     added = head.select(range(len(rows), len(head))).to_list()
     assert sorted(r["extra_info"]["augmented_from"]["index"] for r in added) == [0, 1, 3, 4, 8]

@@ -182,3 +182,12 @@ def test_a_users_augmenter_gets_shape_and_label_checks_and_provenance() -> None:
     assert reasons == ["bad_variant"] * 4 + ["odd_row"] * 2
     assert gen.stats["methods"]["doubled"]["rejected"] == {"bad_variant": 4, "odd_row": 2}
     assert gen.stats["methods"]["doubled"]["skipped"] == {"no_sum": 1}
+
+
+def test_partitions_keep_every_row_their_generators_refused() -> None:
+    from dyngen.round.partitions import union_rows
+    from dyngen.rows import RowBatch
+
+    refused = [{"reason": "bad_template", "detail": "d", "row": "{}"}]
+    merged = union_rows([RowBatch([{"a": 1}], refused), RowBatch([{"a": 2}], refused * 2)])
+    assert len(merged) == 2 and [q["reason"] for q in merged.quarantined] == ["bad_template"] * 3

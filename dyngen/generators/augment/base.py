@@ -147,7 +147,8 @@ class Augmenter(AbstractDataGenerator):
         try:
             at = 0
             while at < len(sources) and len(made) < budget:
-                chunk = sources[at:at + budget - len(made)]
+                wanted = -(-(budget - len(made)) // int(cfg["variants_per_row"]))
+                chunk = sources[at:at + wanted]
                 at += len(chunk)
                 pairs = self._variants(chunk, rows, cfg, context, skipped, tally)
                 for (_, variant, _), why in zip(pairs, self.check_batch(pairs),
@@ -160,6 +161,8 @@ class Augmenter(AbstractDataGenerator):
                     elif len(made) < budget:
                         variant["extra_info"]["index"] = len(rows) + len(made)
                         made.append(variant)
+                    else:  # a source's last variants, past rows_per_round
+                        tally["over_budget"] += 1
         finally:
             self.closed()
         self.stats = self._stats(selection, len(sources), tally, skipped, rejected, len(made))
@@ -224,7 +227,8 @@ class Augmenter(AbstractDataGenerator):
     def _stats(self, selection: dict[str, Any], candidates: int, tally: Counter[str],
                skipped: Counter[str], rejected: Counter[str], kept: int) -> dict[str, Any]:
         """The round's counts: what was selected, and per method made / kept / skipped /
-        rejected by reason (a variant refused for its shape counts among the rejected)."""
+        rejected by reason (a variant refused for its shape counts among the rejected) /
+        over_budget (proved, but past rows_per_round)."""
         for key, n in tally.items():
             if key.startswith("rejected_"):
                 rejected[key.removeprefix("rejected_")] += n
@@ -232,7 +236,7 @@ class Augmenter(AbstractDataGenerator):
                 "skipped": sum(skipped.values()), "kept": kept,
                 "methods": {self.method: {
                     "made": tally["made"], "kept": kept, "skipped": dict(sorted(skipped.items())),
-                    "bad_sources": tally["bad_sources"],
+                    "bad_sources": tally["bad_sources"], "over_budget": tally["over_budget"],
                     "rejected": dict(sorted(rejected.items()))}}}
 
 
