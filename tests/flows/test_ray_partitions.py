@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,10 +56,21 @@ def ray_config(store: Store, tmp_path: Path, partitions: int = 4, **datagen: Any
     return cfg
 
 
-def task_runs_of(flow_run_id: str) -> list:
+def task_runs_of(flow_run_id: str, partitions: int = 4, timeout: float = 60.0) -> list:
+    """The round's task runs, once its `partitions` generate runs carry their final names.
+
+    Task runs reach the server as events, recorded a moment later under load: a run's first
+    event may carry its default name (generate-9e4), a later one the name it runs under."""
+    deadline = time.monotonic() + timeout
     with get_client(sync_client=True) as client:
-        return client.read_task_runs(task_run_filter=TaskRunFilter(
-            flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id])))
+        while True:
+            runs = client.read_task_runs(task_run_filter=TaskRunFilter(
+                flow_run_id=TaskRunFilterFlowRunId(any_=[flow_run_id])))
+            final = {r.name for r in runs
+                     if re.fullmatch(rf"generate-[0-9]+-of-{partitions}", r.name)}
+            if len(final) >= partitions or time.monotonic() > deadline:
+                return runs
+            time.sleep(0.5)
 
 
 def test_four_partitions_on_ray_commit_one_version_with_every_partitions_rows_once(

@@ -28,7 +28,7 @@ from tests.generators.proposer_tasks import EASY, HARD, task_dataset, task_row, 
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = str(REPO / ".dyngen" / "models")  # gitignored; converted once per checkout
-FAST = {"hard_k": 4, "proposals_per_seed": 2, "max_new_tokens": 32, "max_passes": 3,
+FAST = {"hard_k": 3, "proposals_per_seed": 2, "max_new_tokens": 32, "max_passes": 3,
         "min_rows": 1}
 KEPT = ("renumbered", "arithmetic")  # the methods kept by default: verified by construction
 
@@ -57,7 +57,7 @@ def model(offline: None) -> tuple[Any, Any, str]:
 def hard_result(model: Any, tmp_path_factory: pytest.TempPathFactory
                 ) -> tuple[datasets.Dataset, ProposerGenerator, Path]:
     rollouts = write_rollouts(tmp_path_factory.mktemp("rollouts") / "batch.jsonl")
-    gen = proposer(seed=7)
+    gen = proposer(seed=7, proposals_per_seed=3)  # 8 seeds × 3: enough for 8 new tasks
     return gen.generate(task_dataset(), context=context_with(rollouts)), gen, rollouts
 
 
@@ -104,7 +104,7 @@ def test_the_default_policy_never_keeps_an_unverified_label(model: Any, tmp_path
     `computed` in `methods`, only those the solver agrees with, each with its agreement, and
     the rest are counted "not_verified". The tasks verified by construction are the same."""
     rollouts = write_rollouts(tmp_path / "batch.jsonl")
-    cfg = {"hard_k": 8, "proposals_per_seed": 3, "max_passes": 1, "seed": 11}
+    cfg = {"hard_k": 4, "proposals_per_seed": 3, "max_passes": 1, "seed": 11}
 
     def run(**policy: Any) -> tuple[datasets.Dataset, dict[str, Any]]:
         gen = proposer(**cfg, **policy)
@@ -168,8 +168,9 @@ def test_shared_prefix_cache_generates_what_plain_generate_does(model: Any) -> N
     from dyngen.llm import chat_model
 
     lm, tokenizer, _ = model
-    seeds = [Seed(i, q, 0.1, a) for i, (q, a) in enumerate(HARD[:3])]
-    cfg = {**proposer().settings(), "temperature": 0, "proposals_per_seed": 1}
+    seeds = [Seed(i, q, 0.1, a) for i, (q, a) in enumerate(HARD[:2])]
+    cfg = {**proposer().settings(), "temperature": 0, "proposals_per_seed": 1,
+           "max_new_tokens": 24}
     batched = propose(chat_model(cfg), seeds, cfg, (0,))
     for seed, result in zip(seeds, batched, strict=True):
         text = tokenizer.apply_chat_template(messages_for(seed), add_generation_prompt=True,
@@ -264,7 +265,8 @@ def test_a_round_commits_the_proposals_with_provenance_and_lineage(
            "data": {"filter_overlong_prompts": False,
                     "datagen": {"path": "pkg://dyngen.generators.proposer",
                                 "name": "ProposerGenerator",
-                                "cache_dir": CACHE, "seed": 3}},
+                                "cache_dir": CACHE, "seed": 3,
+                                "proposals_per_seed": 3}},
            "round": {"retries": 0, "rollouts_dirs": [str(rollouts.parent)]}}
     trigger = {"event_id": "batch-41", "step": 41, "metrics": {"score/mean": 0.2},
                "rollouts": str(rollouts)}
