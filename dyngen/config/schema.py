@@ -94,7 +94,7 @@ class NearDuplicateConfig:
 @dataclass
 class SemanticDuplicateConfig:
     """Reject prompts that say a stored or earlier task again in other words: the cosine of
-    their embeddings reaches `threshold` and their number literals agree as multisets (see
+    their embeddings reaches `threshold` and their number literals agree, in order (see
     dyngen.filters.semantic_duplicate). Off by default: embedding costs CPU time."""
 
     enabled: bool = False
@@ -102,7 +102,7 @@ class SemanticDuplicateConfig:
     model: str = "minilm"
     endpoint: str | None = None  # an OpenAI-compatible /v1/embeddings server (vLLM, ...)
     threshold: float = 0.95  # cosine at which a row goes
-    numbers_must_match: bool = True  # other numbers: another task, kept
+    numbers_must_match: bool = True  # other numbers (or order): another task, kept
 
 
 @dataclass

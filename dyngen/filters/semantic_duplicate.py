@@ -5,9 +5,10 @@ Each prompt's text (its non-system messages) is embedded (dyngen/store/embedding
 looked up in the version's semantic sidecars (dyngen/store/vectors.py, one faiss index of
 int8 vectors per shard). A row is rejected only when a stored or earlier row of the round
 reaches the cosine `threshold` AND, with `numbers_must_match`, holds the same number
-literals as a multiset ("What is 12 + 7?" and "What is 13 + 7?" are different tasks with
-near-identical vectors; "Add 7 to 12" says 12 + 7 again). The number literals are the
-MinHash filter's (dyngen.store.minhash.numbers).
+literals in the same order, the MinHash filter's rule (dyngen.store.minhash.numbers):
+"What is 12 + 7?" and "What is 13 + 7?" are different tasks with near-identical vectors,
+and so are "What is 12 - 7?" and "What is 7 - 12?" (why not a multiset: on the
+benchmark's pairs it rejected every such swap and caught one paraphrase more in 72).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class SemanticDuplicateFilter(RowFilter):
 
 
 def _same_numbers(a: str, b: str) -> bool:
-    return sorted(numbers(a)) == sorted(numbers(b))
+    return numbers(a) == numbers(b)
 
 
 def _detail(where: str, cosine: float, numbers_checked: bool) -> str:
