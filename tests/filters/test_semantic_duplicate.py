@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from dyngen.cli import app
 from dyngen.config import load_config
 from dyngen.errors import ConfigError
 from dyngen.filters import SemanticDuplicateFilter
@@ -118,8 +120,14 @@ def test_another_models_sidecars_are_refused_until_rebuilt(tmp_path: Path) -> No
     with pytest.raises(IndexMismatchError, match=r"model: sidecar 'static64', now 'minilm'.*"
                                                  r"rebuild-index"):
         reasons(store, [PARAPHRASE])
-    assert rebuild_index(store, "ds", MINILM) == 1
-    assert reasons(store, [PARAPHRASE])[0] is not None
+    config = tmp_path / "c.yaml"
+    config.write_text("round: {semantic_duplicate: {enabled: true}}\n")
+    result = CliRunner().invoke(app, ["--root", str(store.root), "--config", str(config),
+                                      "rebuild-index", "ds"])
+    assert result.exit_code == 0, result.output
+    assert "semantic index of 'ds': 1 shard(s) embedded (model minilm)" in result.stdout
+    assert reasons(Store(store.root), [PARAPHRASE])[0] is not None
+    assert rebuild_index(store, "ds", MINILM) == 0  # nothing left to embed
     with pytest.raises(ConfigError, match="expected one of"):
         VectorSettings("all-mpnet")
 
