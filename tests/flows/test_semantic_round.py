@@ -12,6 +12,7 @@ import pytest
 
 from dyngen.flows.generation_round import generation_round
 from dyngen.store import Store
+from dyngen.store.embeddings import VectorSettings, embedder
 from tests.rows import verl_row
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -45,7 +46,12 @@ def test_a_round_quarantines_paraphrases_then_a_restore_and_the_next_round(
         tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     store.create("ds", [verl_row(i, content=t) for i, t in enumerate(SEED)])
+    model = embedder(VectorSettings())
+    before = model.rows_embedded
     first = generation_round("ds", config(store, [PARAPHRASE, NUMBERS, NEW]), {"step": 1})
+    # The 2 stored rows (indexed once, having no sidecar) and the 3 new ones: the new
+    # shard's sidecar is written with the filter's vectors, not embedded again.
+    assert model.rows_embedded - before == 5
     assert first["counts"]["rejected"] == {"semantic_duplicate": 1}
     assert prompts_of(store) == [*SEED, NUMBERS, NEW]
     (quarantined,) = store.load_rejected("ds").to_list()
