@@ -28,9 +28,13 @@ class RowBatch(Sequence[Row]):
 
     __hash__ = None  # type: ignore[assignment]  # compared by rows, like a list
 
-    def __init__(self, rows: Sequence[Any] | pa.Table) -> None:
+    def __init__(self, rows: Sequence[Any] | pa.Table,
+                 quarantined: Sequence[dict[str, str]] = ()) -> None:
         self._table = rows if isinstance(rows, pa.Table) else None
         self._rows: list[Any] | None = None if self._table is not None else list(rows)
+        # Rows the generator itself refused ({reason, detail, row as JSON}): not rows to
+        # filter, but rows the round quarantines with the filters' rejections.
+        self.quarantined: list[dict[str, str]] = list(quarantined)
 
     @property
     def table(self) -> pa.Table | None:

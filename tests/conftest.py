@@ -22,6 +22,11 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PREFECT_API_URL", None)
 # Events queued while a test's server is down go to a throwaway outbox, never ~/.cache.
 os.environ["DYNGEN_OUTBOX"] = tempfile.mkdtemp(prefix="dyngen-outbox-")
+# pytest-xdist's workers are given COLUMNS=80 and LINES=24: a test sees the output a pipe
+# gets, as under a single pytest (tests that need a width set COLUMNS themselves).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 # `dyngen round`'s Prefect logs go to a throwaway folder, never the repository's .dyngen/.
 os.environ["DYNGEN_LOG_DIR"] = tempfile.mkdtemp(prefix="dyngen-logs-")
 

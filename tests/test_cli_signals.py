@@ -21,7 +21,12 @@ import pytest
 from tests.rows import verl_rows
 
 REPO = Path(__file__).resolve().parents[1]
-STOP_SECONDS = 5.0
+# Real `dyngen serve` and `dyngen follow` processes and their children: end to end.
+pytestmark = pytest.mark.e2e
+# Gone within seconds, where a process that waited for its round, a lease or a server would
+# take minutes; the bound leaves room for a machine whose other core is busy (both pytest
+# workers run at once), where an interpreter that imported Prefect takes seconds to end.
+STOP_SECONDS = 15.0
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

@@ -53,3 +53,10 @@ def test_the_served_extra_is_the_openai_client_and_no_torch() -> None:
     assert "openai" in closure
     assert not HEAVY & closure
     assert not any(name.startswith("nvidia-") for name in closure)
+
+
+def test_the_verifiers_extra_brings_verifiers_and_uv_but_no_torch() -> None:
+    closure = installs("dyngen", "verifiers")
+    assert {"verifiers", "uv", "openai", "datasets"} <= closure
+    assert not HEAVY & closure  # transformers comes (verifiers' renderers), torch does not
+    assert not any(name.startswith("nvidia-") for name in closure)

@@ -110,12 +110,20 @@ def show(
     offset: Annotated[int, typer.Option(min=0, help="First row to show.")] = 0,
     rejected: Annotated[bool, typer.Option(
         "--rejected", help="Show quarantined rows with their reasons instead.")] = False,
+    row: Annotated[int | None, typer.Option(
+        "--row", min=0, help="Trace row N of the version back to the rows it was augmented "
+                             "from (extra_info.augmented_from).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show rows of a version with their provenance (version added, round, generator)."""
     state = get_state(ctx)
     store = state.store()
     rec = store.head(name) if version is None else store.record(name, version)
+    if row is not None:
+        from dyngen.cli.trace import show_trace
+
+        show_trace(state, name, rec.version, row, as_json)
+        return
     ds = store.load_rejected(name, rec.version) if rejected else store.load(name, rec.version)
     stop = min(offset + limit, len(ds))
     rows = ds.select(range(offset, stop)).to_list() if offset < stop else []

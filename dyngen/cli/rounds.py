@@ -58,12 +58,19 @@ def round_(
                     f"{result['parent']}): {result['rows']} rows, kept {counts.get('kept')} "
                     f"of {counts.get('generated')}, rejected {counts.get('rejected') or {}}",
                     markup=False)
-    if not counts.get("kept"):
-        from dyngen.cli.support import make_console
-        from dyngen.store.location import store_settings
-        from dyngen.store.store import Store
+    from dyngen.cli.support import make_console
+    from dyngen.store.location import store_settings
+    from dyngen.store.store import Store
 
-        store = Store.from_config(store_settings(params["store"]))
+    store = Store.from_config(store_settings(params["store"]))
+    stats = store.record(name, result["version"]).lineage.get("generator", {}).get("stats")
+    skipped = stats.get("skipped") if isinstance(stats, dict) else None
+    if isinstance(skipped, int) and skipped:  # an augmenter's rows it cannot apply to
+        by_reason = {k: v for m in (stats.get("methods") or {}).values()
+                     if isinstance(m, dict) for k, v in (m.get("skipped") or {}).items()}
+        state.out.print(f"skipped {skipped} source rows the generator cannot apply to: "
+                        f"{by_reason}", markup=False, soft_wrap=True)
+    if not counts.get("kept"):
         warning = nothing_kept_warning(store, name, result["version"], counts)
         make_console(stderr=True).print(warning, style="yellow", markup=False, soft_wrap=True)
 

@@ -71,11 +71,15 @@ def emit_command(
 def follow_command(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Dataset name.")],
-    verl_metrics: Annotated[Path, typer.Option(
+    verl_metrics: Annotated[Path | None, typer.Option(
         "--verl-metrics", help="verl's metrics file (trainer.logger=[console,file], "
-                               "VERL_FILE_LOGGER_PATH).")],
+                               "VERL_FILE_LOGGER_PATH).")] = None,
+    prime_rl_metrics: Annotated[Path | None, typer.Option(
+        "--prime-rl-metrics", help="prime-rl's orchestrator metrics file (its file monitor: "
+                                   "<output_dir>/metrics.jsonl).")] = None,
     rollout_dir: Annotated[Path | None, typer.Option(
-        "--rollout-dir", help="verl's trainer.rollout_data_dir (one <step>.jsonl per step).")]
+        "--rollout-dir", help="verl's trainer.rollout_data_dir (one <step>.jsonl per step); "
+                              "prime-rl's output_dir (default: the metrics file's folder).")]
     = None,
     every_n_steps: Annotated[int, typer.Option(
         "--every-n-steps", min=1, help="Emit a batch end for every N-th step.")] = 1,
@@ -88,18 +92,26 @@ def follow_command(
     poll_seconds: Annotated[float, typer.Option(
         "--poll-seconds", min=0.01, help="How often to look at the files.")] = 1.0,
 ) -> None:
-    """Follow a running verl job's files; emit one batch end per completed training step."""
+    """Follow a running verl or prime-rl job's files; emit one batch end per training step."""
+    from dyngen.errors import ConfigError
     from dyngen.runtime.quick_exit import exit_quickly
     from dyngen.store.names import validate_name
+    from dyngen.trainers.prime_rl_follow import PrimeRLFollower
     from dyngen.trainers.verl_follow import VerlFollower
 
     exit_quickly()  # after Ctrl-C, gone at once (in the `dyngen` process; see main)
 
-    follower = VerlFollower(ctx.obj.store().root, validate_name(name), verl_metrics,
-                            rollout_dir=rollout_dir, every_n_steps=every_n_steps,
-                            run_id=run_id, rollout_wait_seconds=rollout_wait)
+    if (verl_metrics is None) == (prime_rl_metrics is None):
+        raise ConfigError("follow: expected one of --verl-metrics FILE or --prime-rl-metrics "
+                          "FILE, found " + ("both" if verl_metrics else "neither") + ".")
+    kind = VerlFollower if verl_metrics is not None else PrimeRLFollower
+    metrics = verl_metrics or prime_rl_metrics
+    assert metrics is not None
+    follower = kind(ctx.obj.store().root, validate_name(name), metrics,
+                    rollout_dir=rollout_dir, every_n_steps=every_n_steps, run_id=run_id,
+                    rollout_wait_seconds=rollout_wait)
     last = follower.last_step if follower.last_step >= 0 else "none"
-    ctx.obj.out.print(f"following {verl_metrics} for dataset {name!r} (run {follower.run_id}, "
+    ctx.obj.out.print(f"following {metrics} for dataset {name!r} (run {follower.run_id}, "
                       f"last step emitted: {last}; rollouts to {follower.folder}); Ctrl-C "
                       "stops", markup=False)
     try:

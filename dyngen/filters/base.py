@@ -106,7 +106,9 @@ def run_filters(rows: Sequence[Any], filters: Sequence[RowFilter]) -> FilterOutc
     """
     out = FilterOutcome()
     out.counts["total"] = len(rows)
-    rejected: list[dict[str, str]] = []
+    # What the generator refused comes first, counted by its reasons like any rejection.
+    rejected: list[dict[str, str]] = list(getattr(rows, "quarantined", ()))
+    out.counts.update(r["reason"] for r in rejected)
     if isinstance(rows, RowBatch) and rows.table is not None:
         alive = rows  # an Arrow table holds nothing but rows
     else:
@@ -136,9 +138,14 @@ def run_filters(rows: Sequence[Any], filters: Sequence[RowFilter]) -> FilterOutc
 
 def _reject(rejected: list[dict[str, str]], counts: Counter[str], row: Any,
             verdict: tuple[str, str]) -> None:
+    rejected.append(rejection(row, verdict))
+    counts[verdict[0]] += 1
+
+
+def rejection(row: Any, verdict: tuple[str, str]) -> dict[str, str]:
+    """A quarantined row as the store keeps it: its reason, its detail, the row as JSON."""
     reason, detail = verdict
-    rejected.append({"reason": reason, "detail": _storable(detail), "row": row_to_json(row)})
-    counts[reason] += 1
+    return {"reason": reason, "detail": _storable(detail), "row": row_to_json(row)}
 
 
 def row_to_json(row: Any) -> str:

@@ -46,11 +46,14 @@ class AbstractDataGenerator(ABC):
     The round reads two mappings a generator may set in ``generate`` and records both in
     the version's lineage: ``state`` (JSON-able memory across rounds, handed back as
     ``context.previous_state`` next time, in this process or after a restart) and
-    ``stats`` (a few counts, e.g. proposed / kept / dropped by reason).
+    ``stats`` (a few counts, e.g. proposed / kept / dropped by reason). A generator that
+    refuses rows it made may set ``rejected`` to ``[{"reason", "detail", "row"}, ...]``:
+    the round quarantines them beside the filters' rejections, so none is lost.
     """
 
     state: dict[str, Any] | None = None
     stats: dict[str, Any] | None = None
+    rejected: list[dict[str, Any]] | None = None
     # Set by the round before `generate`, for generators written before `context=`.
     round_context: RoundContext | None = None
 

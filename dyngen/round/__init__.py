@@ -20,6 +20,8 @@ from omegaconf import DictConfig
 
 from dyngen.config import config_hash, load_config
 from dyngen.config.secrets import refuse_redacted
+from dyngen.errors import GeneratorOutputError
+from dyngen.filters.base import rejection
 from dyngen.filters.chain import build_filters, filter_rows
 from dyngen.filters.overlong import load_tokenizer
 from dyngen.filters.solve_rate import check_before_round
@@ -89,7 +91,22 @@ def call_generator(generator: Any, dataset: datasets.Dataset, context: RoundCont
                      f"({class_path(generator)}) during round {context.round}{part} of "
                      f"dataset {context.dataset!r}")
         raise
-    return rows_from_output(result, type(generator).__qualname__)
+    rows = rows_from_output(result, type(generator).__qualname__)
+    rows.quarantined = refused_rows(generator)
+    return rows
+
+
+def refused_rows(generator: Any) -> list[dict[str, str]]:
+    """The rows a generator refused (its `rejected`), as the quarantine keeps rejections."""
+    out = []
+    for item in getattr(generator, "rejected", None) or ():
+        if not isinstance(item, Mapping) or not isinstance(item.get("reason"), str):
+            raise GeneratorOutputError(
+                f"generator {type(generator).__qualname__} set `rejected` to an item "
+                f"{type(item).__name__}; expected {{'reason': str, 'detail': str, 'row': "
+                "the row}} per refused row.")
+        out.append(rejection(item.get("row"), (item["reason"], str(item.get("detail") or ""))))
+    return out
 
 
 def _generate(generator: Any, dataset: datasets.Dataset, context: RoundContext) -> Any:

@@ -27,20 +27,22 @@ def partition_contexts(context: RoundContext, count: int) -> list[RoundContext]:
 def union_rows(batches: Sequence[RowBatch]) -> RowBatch:
     """Every partition's rows in partition order, as one batch.
 
-    Arrow tables with the same columns stay one table where their types unify (extra_info
-    fields one partition adds read as null in the others); anything else becomes a list of rows,
-    which the schema filter then checks row by row, as it would a generator's list.
+    The rows each partition's generator refused stay with them. Arrow tables with the same
+    columns stay one table where their types unify (extra_info fields one partition adds
+    read as null in the others); anything else becomes a list of rows, which the schema
+    filter then checks row by row, as it would a generator's list.
     """
     tables = [batch.table for batch in batches]
+    refused = [r for batch in batches for r in batch.quarantined]
     # Same columns only: a column missing from one partition must reach the schema filter
     # as missing, not as nulls that promotion would fill in.
     if tables and all(t is not None and set(t.column_names) == set(tables[0].column_names)
                       for t in tables):
         try:
-            return RowBatch(pa.concat_tables(tables, promote_options="permissive"))
+            return RowBatch(pa.concat_tables(tables, promote_options="permissive"), refused)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             pass  # e.g. one column a string here and a list there: rows are judged one by one
-    return RowBatch([row for batch in batches for row in batch.to_list()])
+    return RowBatch([row for batch in batches for row in batch.to_list()], refused)
 
 
 def union_generator_lineage(generators: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

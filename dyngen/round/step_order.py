@@ -44,6 +44,12 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.context import FlowRunContext
+from prefect.events.filters import (
+    EventFilter,
+    EventNameFilter,
+    EventOccurredFilter,
+    EventResourceFilter,
+)
 from prefect.events.schemas.automations import EventTrigger, Posture
 from prefect.exceptions import Abort
 from prefect.states import Crashed, Scheduled
@@ -51,6 +57,7 @@ from prefect.states import Crashed, Scheduled
 from dyngen.round.context import PreviousEvent, Trigger
 from dyngen.round.holders import PROCESS_LABEL, process_is_gone, this_process
 from dyngen.round.slot import end_dead_round
+from dyngen.trainers.events import EVENT_NAME, resource_id
 
 POLL_SECONDS = 1.0  # each look reads the flow's unfinished runs: keep the server's load low
 SINCE_LABEL = "dyngen.round.order_wait_since"  # when this run first waited (epoch seconds)
@@ -62,6 +69,7 @@ EARLIER_RUNS = 200  # the most unfinished runs of the flow read per look
 # and the trainer's may differ, and an outbox may deliver late), a page of runs at a time.
 PREVIOUS_MARGIN_SECONDS = 300.0
 PREVIOUS_PAGES = 10
+EVENTS_PAGE = 100  # batch ends of the dataset read per page, looking for the previous one
 _NOT_ENDED = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]
 GIVEN_WAY_STATE = "AwaitingEarlierStep"
 
@@ -145,12 +153,40 @@ def _awaited_previous(client: SyncPrefectClient, me: FlowRun, previous: Previous
     earlier step, sent within the bound, under a trigger that makes a run of each."""
     if previous is None or previous.step >= step or previous.seconds_before > bound_seconds:
         return None
-    # When it reached the server, about (this run is made as its own batch end arrives): a
-    # batch end sent before the deployment was last applied (`dyngen serve` started, `prefect
-    # deploy` run) may have met no trigger, and has no run to wait for.
-    sent = (me.created or datetime.now(timezone.utc)) - timedelta(
-        seconds=previous.seconds_before)
+    # When it reached the server: a batch end sent before the deployment was last applied
+    # (`dyngen serve` started, `prefect deploy` run) may have met no trigger, and has no run
+    # to wait for. The server's record of it says; else this run's own batch end's arrival,
+    # or this run's creation (later by the trigger service's lag), less the gap between.
+    sent = _received(client, me, previous)
     return previous if _every_batch_end_runs(client, me, sent) else None
+
+
+def _received(client: SyncPrefectClient, me: FlowRun, previous: PreviousEvent) -> datetime:
+    """When the server received the `previous` batch end (its clock), as near as it tells."""
+    created = me.created or datetime.now(timezone.utc)
+    mine = ((me.parameters or {}).get("trigger") or {}).get("event_id")
+    dataset = (me.parameters or {}).get("dataset")
+    own: datetime | None = None
+    try:
+        page = client.read_events(EventFilter(
+            occurred=EventOccurredFilter(since=created - timedelta(
+                seconds=previous.seconds_before + PREVIOUS_MARGIN_SECONDS),
+                until=created + timedelta(seconds=PREVIOUS_MARGIN_SECONDS)),
+            event=EventNameFilter(name=[EVENT_NAME]),
+            resource=EventResourceFilter(id=[resource_id(str(dataset))])), limit=EVENTS_PAGE)
+        for _ in range(PREVIOUS_PAGES):
+            for event in page.events:
+                event_id = ((event.payload or {}).get("trigger") or {}).get("event_id")
+                if event_id == previous.event_id and event.received is not None:
+                    return event.received
+                if event_id == mine and event.received is not None:
+                    own = event.received
+            if page.next_page is None:
+                break
+            page = client.read_events_page(str(page.next_page))
+    except Exception:  # events not readable (an old server, a hiccup): estimate
+        pass
+    return (own or created) - timedelta(seconds=previous.seconds_before)
 
 
 def _every_batch_end_runs(client: SyncPrefectClient, me: FlowRun, since: datetime) -> bool:

@@ -112,7 +112,7 @@ class VerlFollower:
     def poll(self) -> int:
         """Read new lines, emit every step that is ready; return how many were emitted."""
         for record in self.tail.read():
-            step = training_step(record)
+            step = self._training_step(record)
             if step is None or step.step <= self.last_step or step.step % self.every_n_steps:
                 continue
             if self._waiting and step.step <= self._waiting[-1][0].step:
@@ -131,7 +131,11 @@ class VerlFollower:
                 self._waiting[0] = (self._waiting[0][0], time.monotonic())
         return emitted
 
-    # ---- one step ------------------------------------------------------------------
+    # ---- one step (a trainer's format: prime_rl_follow overrides these two) ----------
+    def _training_step(self, record: dict[str, Any]) -> StepMetrics | None:
+        """A metrics line's training step, or None for lines that end no batch."""
+        return training_step(record)
+
     def _rollouts_for(self, step: int, since: float) -> str | None | bool:
         """The converted rollouts file, None to emit without, or False to wait longer."""
         if self.rollout_dir is None:

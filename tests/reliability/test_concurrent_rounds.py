@@ -22,14 +22,14 @@ from dyngen.store import Store, gc, verify
 from tests.reliability.helpers import indices, launch_rounds, round_config, summaries
 from tests.rows import verl_rows
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.e2e]
 
 PROCESSES = 4
-ROUNDS_EACH = 10
+ROUNDS_EACH = 5
 DATASET = "race"
 
 
-def test_four_processes_times_ten_rounds_give_forty_contiguous_versions(tmp_path) -> None:
+def test_four_processes_times_five_rounds_give_twenty_contiguous_versions(tmp_path) -> None:
     store = Store(tmp_path / "store")
     store.create(DATASET, verl_rows(4))
 

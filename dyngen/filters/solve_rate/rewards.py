@@ -52,8 +52,10 @@ def score_of(result: Any, label: str) -> float:
 class RewardChooser:
     """Picks (and loads once) the reward of each data source."""
 
-    def __init__(self, path: str | None = None, name: str = "compute_score") -> None:
+    def __init__(self, path: str | None = None, name: str = "compute_score", *,
+                 key: str = KEY) -> None:
         self.path, self.name = path, name
+        self.key = key  # the setting its errors name (the verifiers taskset has its own)
         self._chosen: dict[str, RewardChoice] = {}
         self._configured: RewardChoice | None = None
 
@@ -62,7 +64,7 @@ class RewardChooser:
         if self.path is None:
             return None
         if self._configured is None:
-            fn = load_function(self.path, self.name, key=KEY, kind="reward function")
+            fn = load_function(self.path, self.name, key=self.key, kind="reward function")
             self._configured = RewardChoice(fn, f"{self.path}:{self.name}")
         return self._configured
 
@@ -91,13 +93,13 @@ class RewardChooser:
         if matches:
             path, name = DEFAULT_REWARDS[max(matches, key=len)]
             try:
-                fn = load_function(path, name, key=f"{KEY} (default for {source!r})",
+                fn = load_function(path, name, key=f"{self.key} (default for {source!r})",
                                    kind="reward function")
             except DyngenError as exc:
                 raise ConfigError(
                     f"rows of data_source {source!r} are graded by default with {path}:{name}, "
                     f"which cannot be loaded ({exc}). Install what it needs, or set "
-                    f"{KEY}.path and {KEY}.name to a reward function for these rows."
+                    f"{self.key}.path and {self.key}.name to a reward function for these rows."
                 ) from exc
             return RewardChoice(fn, f"{path}:{name}")
         verl = _verl_default(source, example)
@@ -105,10 +107,11 @@ class RewardChooser:
             return verl
         known = ", ".join(f"{p}*" for p in DEFAULT_REWARDS)
         raise ConfigError(
-            f"round.solve_rate cannot grade rows of data_source {source!r}: dyngen's own rewards "
+            f"{self.key} cannot grade rows of data_source {source!r}: dyngen's own rewards "
             f"cover {known}, and verl's default_compute_score "
             f"{'does not know it' if _verl_installed() else 'is not installed'}. Set "
-            f"{KEY}.path (a .py file or pkg://module) and {KEY}.name (e.g. compute_score) to a "
+            f"{self.key}.path (a .py file or pkg://module) and {self.key}.name (e.g. "
+            "compute_score) to a "
             "reward function in verl's form: compute_score(data_source, solution_str, "
             "ground_truth, extra_info).")
 

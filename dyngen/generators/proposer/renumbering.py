@@ -109,7 +109,7 @@ def _substitute(pattern: re.Pattern[str], text: str, new: dict[Fraction, Fractio
     return pattern.sub(swap, text)
 
 
-def _steps(expr: str, values: dict[Fraction, Fraction] | None = None) -> list[Fraction]:
+def formula_steps(expr: str, values: dict[Fraction, Fraction] | None = None) -> list[Fraction]:
     """The value of every operation in `expr`, innermost first, numbers mapped by `values`."""
     out: list[Fraction] = []
 
@@ -130,7 +130,7 @@ def _steps(expr: str, values: dict[Fraction, Fraction] | None = None) -> list[Fr
 def _steps_keep_kind(expr: str, new: dict[Fraction, Fraction]) -> bool:
     """Every step of `expr` stays positive, and whole where it was whole with the old numbers."""
     try:
-        pairs = zip(_steps(expr), _steps(expr, new), strict=True)
+        pairs = zip(formula_steps(expr), formula_steps(expr, new), strict=True)
         return all(n > 0 and (o.denominator != 1 or n.denominator == 1) for o, n in pairs)
     except ZeroDivisionError:
         return False

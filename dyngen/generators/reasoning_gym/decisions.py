@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from dyngen.generators.proposer.text import question_of
+from dyngen.generators.questions import rows_asking
 from dyngen.generators.reasoning_gym.families import SOURCE_PREFIX, family_of_source
 from dyngen.round.rollouts import Rollout
 
@@ -162,28 +162,16 @@ def _row_index(rows: Any, questions: set[str]) -> dict[str, tuple[str, int | Non
     if not questions or not {"prompt", "data_source"} <= set(names):
         return {}
     columns = ["prompt", "data_source"] + (["extra_info"] if "extra_info" in names else [])
-    wanted = pa.array(sorted(questions), pa.string())
     out: dict[str, tuple[str, int | None]] = {}
-    for batch in rows.select_columns(columns).with_format("arrow").iter(batch_size=1 << 16):
-        ours = batch.filter(pc.fill_null(pc.starts_with(batch["data_source"], SOURCE_PREFIX),
-                                         False))
-        for row in _rows_asking(ours, wanted):
-            question = question_of(row["prompt"])
-            if question in questions:
-                family = family_of_source(row["data_source"])
-                if family is not None:
-                    out[question] = (family, _level_of(row.get("extra_info")))
+    for _, row in rows_asking(rows, questions, columns, keep=_reasoning_gym_rows):
+        question = question_of(row["prompt"])
+        if question in questions:
+            family = family_of_source(row["data_source"])
+            if family is not None:
+                out[question] = (family, _level_of(row.get("extra_info")))
     return out
 
 
-def _rows_asking(table: pa.Table, wanted: pa.Array) -> list[dict[str, Any]]:
-    """The rows of `table` with a prompt message whose text (trimmed) is wanted."""
-    if not table.num_rows:
-        return []
-    prompts = table["prompt"].combine_chunks()
-    if not pa.types.is_list(prompts.type) or not pa.types.is_struct(prompts.type.value_type):
-        return table.to_pylist()  # not verl's message lists: judged row by row
-    texts = pc.utf8_trim_whitespace(pc.list_flatten(prompts).field("content"))
-    hits = pc.filter(pc.list_parent_indices(prompts), pc.fill_null(pc.is_in(texts, wanted),
-                                                                    False))
-    return table.take(pa.array(sorted(set(hits.to_pylist())), pa.int64())).to_pylist()
+def _reasoning_gym_rows(batch: Any) -> Any:
+    """Which rows of an Arrow batch are reasoning-gym's (by data_source)."""
+    return pc.starts_with(batch["data_source"], SOURCE_PREFIX)

@@ -144,7 +144,7 @@ class ReasoningGymCurriculum(AbstractDataGenerator):
                 continue
             made: Counter[int] = Counter()
             for entry in entries:
-                row = _row(name, family, entry, start + len(out))
+                row = entry_row(name, family, entry, start + len(out))
                 if row is None:
                     stats["unproved_labels"][name] = stats["unproved_labels"].get(name, 0) + 1
                     continue
@@ -178,7 +178,15 @@ def shares(weights: dict[str, float], total: int) -> dict[str, int]:
     return out
 
 
-def _row(name: str, family: Family, entry: dict[str, Any], index: int) -> dict[str, Any] | None:
+def label_proved(truth: str, name: str, entry: dict[str, Any], level: int | None) -> bool:
+    """Whether the label scores 1.0 by the family's scorer, as the reward reads it, and an
+    answer that cannot be right does not (a scorer that accepts anything cannot grade)."""
+    return (score(f"<answer>{truth}</answer>", name, entry, level) == 1.0
+            and score(f"<answer>{NOT_AN_ANSWER}</answer>", name, entry, level) < 1.0)
+
+
+def entry_row(name: str, family: Family, entry: dict[str, Any], index: int
+              ) -> dict[str, Any] | None:
     """A row in verl's schema, or None if its label does not score 1.0 as stored."""
     truth = ground_truth(entry)
     if truth is None:
@@ -187,12 +195,7 @@ def _row(name: str, family: Family, entry: dict[str, Any], index: int) -> dict[s
         stored = encode_entry(entry)
     except ValueError:
         return None
-    entry_back = decode_entry(stored)
-    # The label must score 1.0 as the reward will read it, and an answer that cannot be
-    # right must not: a scorer that accepts anything cannot grade the family.
-    level = family.level
-    if score(f"<answer>{truth}</answer>", name, entry_back, level) != 1.0 \
-            or score(f"<answer>{NOT_AN_ANSWER}</answer>", name, entry_back, level) >= 1.0:
+    if not label_proved(truth, name, decode_entry(stored), family.level):
         return None
     return {
         "data_source": SOURCE_PREFIX + name,
