@@ -28,6 +28,7 @@ from dyngen.store.index import INDEX_DIR, rebuild_index, usable_sidecar
 from dyngen.store.lsh import IndexMismatchError
 from dyngen.store.semantic import VecKind
 from dyngen.store.vectors import number_key
+from tests.filters.contract import FilterContract
 from tests.rows import verl_row
 
 MINILM = VecKind(VectorSettings("minilm"))
@@ -197,3 +198,18 @@ def test_an_endpoints_vectors_work_alike_and_are_kept_apart(tmp_path: Path,
     assert found[0] is not None and found[1] is None
     with pytest.raises(IndexMismatchError, match="model: sidecar 'served-minilm'"):
         reasons(store, [PARAPHRASE])
+
+
+class TestSemanticDuplicateFilter(FilterContract):
+    dropped_reason = "semantic_duplicate"
+
+    def make_filter(self, tmp_path: Path) -> SemanticDuplicateFilter:
+        store = Store(tmp_path)
+        rec = store.create("ds", rows(STORED), vectors=MINILM)
+        return SemanticDuplicateFilter(store, "ds", rec.version)
+
+    def rows_to_keep(self) -> list[dict[str, Any]]:
+        return rows([NEW, NUMBERS], 50)
+
+    def rows_to_drop(self) -> list[dict[str, Any]]:
+        return rows([PARAPHRASE, CODE], 60)
