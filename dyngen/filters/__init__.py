@@ -1,5 +1,6 @@
 """Row filters for generated rows: schema → over-long prompt → duplicate → near-duplicate →
-user filters → (when round.solve_rate is on) the policy's solve rate.
+(when round.semantic_duplicate is on) semantic duplicate → user filters → (when
+round.solve_rate is on) the policy's solve rate.
 
 `base` holds the contract (`RowFilter`: `check` answers keep or drop per row) and its
 runner; one module per built-in filter; `chain` builds the round's filters from the
@@ -18,6 +19,7 @@ from dyngen.filters.duplicate import DuplicateFilter
 from dyngen.filters.near_duplicate import NearDuplicateFilter
 from dyngen.filters.overlong import OverlongPromptFilter
 from dyngen.filters.schema import SchemaFilter
+from dyngen.filters.semantic_duplicate import SemanticDuplicateFilter
 from dyngen.filters.solve_rate import SolveRateFilter
 from dyngen.rows import Row, RowBatch, column_of
 
@@ -31,6 +33,7 @@ __all__ = [
     "RowBatch",
     "RowFilter",
     "SchemaFilter",
+    "SemanticDuplicateFilter",
     "SolveRateFilter",
     "Verdict",
     "column_of",

@@ -1,5 +1,6 @@
 """The round's filter chain, as configured: schema → over-long → duplicate → near-duplicate
-→ user filters → solve rate (the expensive one, on what the others kept).
+→ semantic duplicate → user filters → solve rate (the expensive one, on what the others
+kept).
 
 The one place the round widens the dataset's schema for a round's rows (new extra_info
 fields), and the one place the kept rows become what the store writes.
@@ -20,10 +21,13 @@ from dyngen.filters.duplicate import DuplicateFilter
 from dyngen.filters.near_duplicate import NearDuplicateFilter, params_of
 from dyngen.filters.overlong import OverlongPromptFilter, load_tokenizer
 from dyngen.filters.schema import SchemaFilter
+from dyngen.filters.semantic_duplicate import SemanticDuplicateFilter
+from dyngen.filters.semantic_duplicate import settings_of as vector_settings_of
 from dyngen.filters.solve_rate import SolveRateFilter, settings_of
 from dyngen.plugins import load_class
 from dyngen.rows import RowBatch
 from dyngen.store import Store, VersionRecord
+from dyngen.store.embeddings import VectorSettings
 from dyngen.store.minhash import LshParams
 from dyngen.store.shards import schema_from_json, widen
 
@@ -32,8 +36,8 @@ def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecor
                   rows: Sequence[Any] = (),
                   grader: Callable[[RowBatch], list[dict[str, Any]]] | None = None,
                   ) -> list[RowFilter]:
-    """schema → over-long prompt → duplicate → near-duplicate → user filters → solve rate,
-    as configured.
+    """schema → over-long prompt → duplicate → near-duplicate → semantic duplicate → user
+    filters → solve rate, as configured.
 
     The schema is the parent's, with the extra_info fields the `rows` add (see `widen`).
     `grader` grades the solve-rate filter's rows (the round's partitions, each a share);
@@ -51,6 +55,9 @@ def build_filters(cfg: DictConfig, store: Store, name: str, record: VersionRecor
     if cfg.round.near_duplicate.enabled:
         filters.append(NearDuplicateFilter.from_config(cfg.round.near_duplicate, store, name,
                                                        record.version, key))
+    if cfg.round.semantic_duplicate.enabled:
+        filters.append(SemanticDuplicateFilter.from_config(
+            cfg.round.semantic_duplicate, store, name, record.version, key))
     for i, entry in enumerate(cfg.round.filters):
         cls = load_class(entry.path, entry.name, RowFilter, key=f"round.filters[{i}]",
                          kind="filter")
@@ -109,3 +116,9 @@ def index_params(cfg: DictConfig) -> LshParams | None:
     """How the round's new shard hashes its near-duplicate sidecar (None: detection off)."""
     near = cfg.round.near_duplicate
     return params_of(near) if near.enabled else None
+
+
+def vector_params(cfg: DictConfig) -> VectorSettings | None:
+    """How the round's new shard embeds its semantic sidecar (None: detection off)."""
+    semantic = cfg.round.semantic_duplicate
+    return vector_settings_of(semantic) if semantic.enabled else None

@@ -107,7 +107,8 @@ class NearDuplicateFilter(RowFilter):
             q, s, r = (int(x) for x in found[:, k])
             if len(chosen.setdefault(q, [])) < MAX_CANDIDATES:
                 chosen[q].append((s, r))
-        texts = self._stored_texts(parts, {c for cs in chosen.values() for c in cs}, version)
+        texts = stored_rows(self.store, self.dataset, parts,
+                            {c for cs in chosen.values() for c in cs}, version, self.prompt_key)
         out: dict[int, Match] = {}
         for q, cands in chosen.items():
             i = int(todo[q])
@@ -121,26 +122,6 @@ class NearDuplicateFilter(RowFilter):
             return version_index(self.store, self.dataset, version, self.params, self.progress)
         with progress_bar() as bar:  # drawn only on a terminal (`dyngen round`)
             return version_index(self.store, self.dataset, version, self.params, bar)
-
-    def _stored_texts(self, parts: list[ShardIndex], wanted: set[tuple[int, int]],
-                      version: int) -> dict[tuple[int, int], tuple[str, str]]:
-        """(text, where) of each wanted (shard, row): read from the memory-mapped shards."""
-        out = {}
-        for s in sorted({s for s, _ in wanted}):
-            part = parts[s]
-            rows = sorted(r for t, r in wanted if t == s)
-            table = sh.open_table(self.store.shard_path(self.dataset, part.info, version)).table
-            table = table.select([c for c in (self.prompt_key, sh.VERSION_COLUMN)
-                                  if c in table.column_names])
-            # One zero-copy slice per row: `take` on a shard's many record batches would
-            # first copy the whole column into one.
-            picked = [table.slice(r, 1).to_pylist()[0] for r in rows]
-            for r, found in zip(rows, picked, strict=True):
-                prompt, v = found[self.prompt_key], found.get(sh.VERSION_COLUMN)
-                by = "" if v is None else f" (added by version {v})"
-                out[(s, r)] = (prompt_text(prompt),
-                               f"row {part.start + r} of version {version}{by}")
-        return out
 
     def _best(self, hashed: Hashed, i: int, sig_of: dict[int, int],
               candidates: list[tuple[str, str]]) -> Match | None:
@@ -179,6 +160,28 @@ class NearDuplicateFilter(RowFilter):
                     match = Match(f"generated row {j} of this round", score, estimate)
             if match is not None:
                 out[i] = _detail(match)
+
+
+def stored_rows(store: Store, dataset: str, parts: list[ShardIndex],
+                wanted: set[tuple[int, int]], version: int,
+                prompt_key: str) -> dict[tuple[int, int], tuple[str, str]]:
+    """(text, where) of each wanted (shard, row) of a version's index, read from the
+    memory-mapped shards; `where` says the row, the version and the version that added it."""
+    out = {}
+    for s in sorted({s for s, _ in wanted}):
+        part = parts[s]
+        rows = sorted(r for t, r in wanted if t == s)
+        table = sh.open_table(store.shard_path(dataset, part.info, version)).table
+        table = table.select([c for c in (prompt_key, sh.VERSION_COLUMN)
+                              if c in table.column_names])
+        # One zero-copy slice per row: `take` on a shard's many record batches would
+        # first copy the whole column into one.
+        picked = [table.slice(r, 1).to_pylist()[0] for r in rows]
+        for r, found in zip(rows, picked, strict=True):
+            prompt, v = found.get(prompt_key), found.get(sh.VERSION_COLUMN)
+            by = "" if v is None else f" (added by version {v})"
+            out[(s, r)] = (prompt_text(prompt), f"row {part.start + r} of version {version}{by}")
+    return out
 
 
 def _shared_bands(hashed: Hashed, todo: list[int]) -> dict[int, dict[int, int]]:

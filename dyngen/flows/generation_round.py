@@ -22,7 +22,7 @@ from typing import Any
 from prefect import get_run_logger
 
 from dyngen.faults import crash_point
-from dyngen.filters.chain import index_params
+from dyngen.filters.chain import index_params, vector_params
 from dyngen.round import compaction_policy
 from dyngen.round.admission import admitted
 from dyngen.round.lineage import log_line
@@ -67,7 +67,7 @@ def generation_round(
         lineage = rnd.lineage(context, generator, len(rows), outcome, fanned_out)
         with stage("concat"):
             pending = concat_rows(where, context, outcome, generator["name"], lineage,
-                                  index_params(cfg))
+                                  index_params(cfg), vector_params(cfg))
         with stage("version"):
             record = commit_version(where, pending)
     get_run_logger().info(log_line(record))

@@ -17,6 +17,7 @@ from prefect import get_run_logger
 
 from dyngen.config import load_config
 from dyngen.config.secrets import refuse_redacted, refuse_secrets
+from dyngen.filters.chain import vector_params
 from dyngen.filters.near_duplicate import params_of
 from dyngen.round import compaction_policy
 from dyngen.round.redaction import deployment_run, redacting_flow
@@ -34,8 +35,8 @@ def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = N
                    keep_versions: int | None = None, keep_days: float | None = None,
                    grace_seconds: float | None = None) -> dict[str, Any]:
     """Compact `dataset` (every dataset under the root if None), index what its
-    near-duplicate sidecars miss (`dyngen rebuild-index`); vacuum if a rule is given;
-    bring its mirror up to the head if `mirror.dest` is set."""
+    near-duplicate (and, when enabled, semantic) sidecars miss (`dyngen rebuild-index`);
+    vacuum if a rule is given; bring its mirror up to the head if `mirror.dest` is set."""
     cfg = load_config(base=config)
     refuse_redacted(cfg)
     if deployment_run():
@@ -51,6 +52,8 @@ def maintain_store(dataset: str | None = None, config: dict[str, Any] | None = N
         done[name] = {"compacted": compact_head(root, name, policy)}
         if near.enabled:
             done[name]["indexed_shards"] = rebuild_index_of(root, name, params_of(near))
+        if (vectors := vector_params(cfg)) is not None:
+            done[name]["embedded_shards"] = rebuild_index_of(root, name, vectors)
         if keep_versions is not None or keep_days is not None:
             done[name]["vacuum"] = vacuum_dataset(root, name, keep_versions, keep_days,
                                                   grace_seconds)

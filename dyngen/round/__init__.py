@@ -30,6 +30,7 @@ from dyngen.round.context import RoundContext, Trigger
 from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.rows import RowBatch, rows_from_output
 from dyngen.store import CompactionPolicy, PendingCommit, Store, VersionRecord
+from dyngen.store.index import Kind
 from dyngen.store.minhash import LshParams
 from dyngen.store.names import validate_name
 from dyngen.store.store import DEFAULT_INDEX
@@ -166,17 +167,18 @@ def previous_generator_state(store: Store, name: str, generator_class: str, befo
 
 def write_round(store: Store, context: RoundContext, outcome: Any,
                 generator: str, lineage: dict[str, Any],
-                index: LshParams | None = DEFAULT_INDEX
+                index: LshParams | None = DEFAULT_INDEX, vectors: Kind | None = None
                 ) -> PendingCommit:
     """Write the kept rows as one new shard (with its near-duplicate sidecar hashed by
-    `index`) and the rejected rows as a quarantine shard."""
+    `index`, its semantic sidecar embedded by `vectors`) and the rejected rows as a
+    quarantine shard."""
     kept = outcome.kept
     return store.prepare_append(
         context.dataset, kept.for_store() if isinstance(kept, RowBatch) else list(kept),
         rejected=list(outcome.rejected) or None,
         idempotency_key=context.trigger.idempotency_key(context.dataset),
         lineage=lineage, round_id=f"round-{context.round}", generator=generator,
-        index=index,
+        index=index, vectors=vectors,
     )
 
 

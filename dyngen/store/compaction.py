@@ -7,7 +7,7 @@ rewritten about log_fan_in(dataset rows / round rows) times in the dataset's lif
 once per compaction, and shards of `target_bytes` or more are never rewritten. Like
 Delta Lake's auto compaction (50 files), nothing happens until the head holds more than
 `max_small_shards` small shards. Rows keep their order and their provenance columns; the
-prompt keys and near-duplicate sidecars of the merged shards are merged too.
+prompt keys, near-duplicate and semantic sidecars of the merged shards are merged too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dyngen.store import shards as sh
 from dyngen.store.index import merged_sidecar
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA
 from dyngen.store.records import PendingCommit, Run, ShardInfo, VersionRecord
+from dyngen.store.semantic import VECTORS
 from dyngen.store.state import LogState
 
 if TYPE_CHECKING:
@@ -190,10 +191,13 @@ def _merge(store: StoreWriter, head: LogState, group: tuple[ShardInfo, ...], sub
                 keys.append(np.fromfile(key_path, dtype="<u8"))
         merged = pa.concat_tables(tables).combine_chunks()
         with_keys = len(keys) == len(chunk) and sub == DATA_DIR
-        sidecar = merged_sidecar(store, head.dataset, chunk, head.version) \
-            if sub == DATA_DIR else None
+        sidecar = vec = None
+        if sub == DATA_DIR:
+            sidecar = merged_sidecar(store, head.dataset, chunk, head.version)
+            vec = merged_sidecar(store, head.dataset, chunk, head.version, VECTORS)
         out += store.write_shard(head.dataset, sub, merged,
-                                 keys=np.concatenate(keys) if with_keys else None, lsh=sidecar)
+                                 keys=np.concatenate(keys) if with_keys else None, lsh=sidecar,
+                                 vec=vec)
     return tuple(out)
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from dyngen.errors import CorruptionError, StoreError
 from dyngen.progress import QUIET, Bar
-from dyngen.store import lsh
+from dyngen.store import lsh, vectors
 from dyngen.store import shards as sh
 from dyngen.store.log import CHECKPOINTS_DIR, VERSIONS_DIR, VersionLog
 from dyngen.store.reader import REJECTED_SCHEMA, StoreReader
@@ -157,6 +157,10 @@ def _check_shard(store: StoreReader, name: str, version: int, info: ShardInfo,
         problem = _check_sidecar(store, name, version, info)
         if problem is not None:
             return problem
+    if info.vec is not None:
+        problem = _check_vectors(store, name, version, info)
+        if problem is not None:
+            return problem
     if schema_json is None:  # a quarantine shard
         fits = table.schema.equals(REJECTED_SCHEMA, check_metadata=False)
     else:  # a data shard, possibly written before the version added extra_info fields
@@ -177,6 +181,17 @@ def _check_sidecar(store: StoreReader, name: str, version: int, info: ShardInfo)
                 f"the shard has {info.rows}")
     if len(sidecar.rows) and int(sidecar.rows.max()) >= info.rows:
         return f"near-duplicate sidecar {info.lsh} names rows beyond the shard's {info.rows}"
+    return None
+
+
+def _check_vectors(store: StoreReader, name: str, version: int, info: ShardInfo) -> str | None:
+    """What is wrong with a shard's own semantic sidecar, or None."""
+    try:
+        sidecar = vectors.read(store.shard_path(name, info, version, rel=info.vec))
+    except (CorruptionError, OSError) as exc:
+        return f"semantic sidecar {info.vec} is unusable ({exc})"
+    if sidecar.rows != info.rows:
+        return f"semantic sidecar {info.vec} indexes {sidecar.rows} rows, the shard has {info.rows}"
     return None
 
 

@@ -35,7 +35,7 @@ from dyngen.store.state import LogState
 
 DATA_DIR = "data"
 REJECTED_DIR = "rejected"
-_SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.(arrow|keys|lsh)")
+_SHARD_PATH = re.compile(rf"({DATA_DIR}|{REJECTED_DIR})/[A-Za-z0-9_-]+\.(arrow|keys|lsh|vec)")
 REJECTED_SCHEMA = pa.schema([("reason", pa.string()), ("detail", pa.string()),
                              ("row", pa.string())])
 _RECORD_CACHE = 1024

@@ -32,6 +32,7 @@ class ShardInfo:
     sha256: str
     keys: str | None = None  # sorted prompt keys beside a data shard (see store/keys.py)
     lsh: str | None = None  # near-duplicate band keys beside a data shard (see store/lsh.py)
+    vec: str | None = None  # semantic vectors beside a data shard (see store/vectors.py)
 
     @classmethod
     def from_dict(cls, data: Any) -> ShardInfo:
@@ -42,11 +43,11 @@ class ShardInfo:
         # common case at once, and name the faulty field only when something is off.
         path, rows, size, sha, keys = (data.get("path"), data.get("rows"), data.get("bytes"),
                                        data.get("sha256"), data.get("keys"))
-        lsh = data.get("lsh")
+        lsh, vec = data.get("lsh"), data.get("vec")
         if (type(path) is str and type(rows) is int and type(size) is int
                 and type(sha) is str and (keys is None or type(keys) is str)
-                and (lsh is None or type(lsh) is str)):
-            return cls(path, rows, size, sha, keys, lsh)
+                and (lsh is None or type(lsh) is str) and (vec is None or type(vec) is str)):
+            return cls(path, rows, size, sha, keys, lsh, vec)
         return cls(
             path=typed_field(data, "path", str),
             rows=typed_field(data, "rows", int),
@@ -54,22 +55,25 @@ class ShardInfo:
             sha256=typed_field(data, "sha256", str),
             keys=typed_field(data, "keys", str) if keys is not None else None,
             lsh=typed_field(data, "lsh", str) if lsh is not None else None,
+            vec=typed_field(data, "vec", str) if vec is not None else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (no `keys` or `lsh` entry for a shard without them)."""
+        """The JSON form (no `keys`, `lsh` or `vec` entry for a shard without them)."""
         out: dict[str, Any] = {"path": self.path, "rows": self.rows, "bytes": self.bytes,
                                "sha256": self.sha256}
         if self.keys is not None:
             out["keys"] = self.keys
         if self.lsh is not None:
             out["lsh"] = self.lsh
+        if self.vec is not None:
+            out["vec"] = self.vec
         return out
 
     @property
     def files(self) -> tuple[str, ...]:
         """Every file this shard consists of, relative to the dataset folder."""
-        return tuple(f for f in (self.path, self.keys, self.lsh) if f is not None)
+        return tuple(f for f in (self.path, self.keys, self.lsh, self.vec) if f is not None)
 
 
 @dataclass(frozen=True)

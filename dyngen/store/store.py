@@ -15,6 +15,7 @@ from typing import Any
 from dyngen.errors import ConfigError
 from dyngen.store import shards as sh
 from dyngen.store.compaction import CompactionPolicy, compact
+from dyngen.store.index import Kind
 from dyngen.store.log import VERSIONS_DIR
 from dyngen.store.minhash import LshParams
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA
@@ -35,7 +36,8 @@ class Store(StoreWriter):
                idempotency_key: str | None = None, lineage: dict[str, Any] | None = None,
                compact: bool | CompactionPolicy = True, round_id: str | None = None,
                generator: str | None = None,
-               index: LshParams | None = DEFAULT_INDEX) -> VersionRecord:
+               index: LshParams | None = DEFAULT_INDEX,
+               vectors: Kind | None = None) -> VersionRecord:
         """Append rows as a new version, rebasing over concurrent commits; returns its record.
 
         `rows` and `rejected` (quarantined rows, each with a `reason`): a datasets.Dataset,
@@ -43,7 +45,8 @@ class Store(StoreWriter):
         lists. `idempotency_key`: if a version already committed it, that version's record
         is returned and nothing is appended. `lineage`: a JSON-able mapping kept in the
         record. `round_id` and `generator` fill the rows' provenance columns; `index` hashes
-        the rows' near-duplicate sidecar (None: none).
+        the rows' near-duplicate sidecar (None: none), `vectors` embeds their semantic
+        sidecar (a `dyngen.store.semantic.VecKind`; None: none).
 
         Then, as a round does, the head's small shards are compacted by the default policy
         (`compact`: a CompactionPolicy of your own, or False for none), so a loop of appends
@@ -55,7 +58,8 @@ class Store(StoreWriter):
         policy = _append_policy(compact)
         pending = self.prepare_append(name, rows, rejected=rejected,
                                       idempotency_key=idempotency_key, lineage=lineage,
-                                      round_id=round_id, generator=generator, index=index)
+                                      round_id=round_id, generator=generator, index=index,
+                                      vectors=vectors)
         try:
             record = self.commit_with_rebase(pending)
         except BaseException:

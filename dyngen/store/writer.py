@@ -54,10 +54,12 @@ class StoreWriter(StoreReader):
     def create(self, name: str, rows: sh.Rows, *, idempotency_key: str | None = None,
                lineage: dict[str, Any] | None = None, generator: str | None = "import",
                prompt_key: str = "prompt", progress: Bar = QUIET,
-               index: LshParams | None = DEFAULT_INDEX) -> VersionRecord:
+               index: LshParams | None = DEFAULT_INDEX,
+               vectors: near.Kind | None = None) -> VersionRecord:
         """Commit version 0 of a new dataset from `rows`, prompts in column `prompt_key`.
 
-        `index`: how its near-duplicate sidecars are hashed (None: none are written).
+        `index`: how its near-duplicate sidecars are hashed (None: none are written);
+        `vectors`: how its semantic sidecars are embedded (None: none are written).
         """
         table = sh.to_table(rows)
         table = sh.with_provenance(table, 0, None, generator)
@@ -71,7 +73,8 @@ class StoreWriter(StoreReader):
             )
         pending = PendingCommit(
             dataset=name, parent=None, operation="create",
-            new_shards=self._write_data(name, table, prompt_key, progress, index),
+            new_shards=self._write_data(name, table, prompt_key, progress, index,
+                                        vectors=vectors),
             schema=schema_json,
             idempotency_key=idempotency_key, lineage=dict(lineage or {}), generator=generator,
             prompt_key=prompt_key,
@@ -88,16 +91,19 @@ class StoreWriter(StoreReader):
                        idempotency_key: str | None = None,
                        lineage: dict[str, Any] | None = None, round_id: str | None = None,
                        generator: str | None = None,
-                       index: LshParams | None = DEFAULT_INDEX) -> PendingCommit:
+                       index: LshParams | None = DEFAULT_INDEX,
+                       vectors: near.Kind | None = None) -> PendingCommit:
         """Write the rows (and quarantined rows) as new shards on top of the current head;
-        `index` hashes the near-duplicate sidecar of the rows' shard (None: none)."""
+        `index` hashes the near-duplicate sidecar of the rows' shard, `vectors` embeds its
+        semantic sidecar (None: none)."""
         head = self.state(name)
         table = sh.with_provenance(sh.to_table(rows), head.version + 1, round_id, generator)
         schema = sh.widen(sh.schema_from_json(head.schema), table.schema)
         table = sh.conform(table, schema)
         pending = PendingCommit(
             dataset=name, parent=head.version, operation="append",
-            new_shards=self._write_data(name, table, head.prompt_key, index=index),
+            new_shards=self._write_data(name, table, head.prompt_key, index=index,
+                                        vectors=vectors),
             schema=sh.schema_to_json(schema), idempotency_key=idempotency_key,
             lineage=dict(lineage or {}), round_id=round_id, generator=generator,
             prompt_key=head.prompt_key,
@@ -171,10 +177,11 @@ class StoreWriter(StoreReader):
                     f"dataset {pending.dataset!r} changed schema at version {head.version} in "
                     f"a way these rows do not fit ({exc}); regenerate them against the new head."
                 ) from exc
-            # The same prompts in the same order: the sidecar's bytes stay valid.
-            lsh = None if info.lsh is None else self.backend.read_bytes(
-                self.shard_rel(pending.dataset, info, rel=info.lsh))
-            new_shards += self._write_data(pending.dataset, table, pending.prompt_key, lsh=lsh)
+            # The same prompts in the same order: the sidecars' bytes stay valid.
+            lsh, vec = (None if rel is None else self.backend.read_bytes(
+                self.shard_rel(pending.dataset, info, rel=rel)) for rel in (info.lsh, info.vec))
+            new_shards += self._write_data(pending.dataset, table, pending.prompt_key, lsh=lsh,
+                                           vec=vec)
             self.abort(replace(pending, new_shards=(info,), rejected=()))
         return replace(pending, parent=head.version, new_shards=tuple(new_shards),
                        schema=sh.schema_to_json(schema))
@@ -286,9 +293,11 @@ class StoreWriter(StoreReader):
     # ---- shards --------------------------------------------------------------------
     def _write_data(self, name: str, table: pa.Table, prompt_key: str,
                     progress: Bar = QUIET, index: LshParams | None = None, *,
-                    lsh: bytes | None = None) -> tuple[ShardInfo, ...]:
+                    lsh: bytes | None = None, vectors: near.Kind | None = None,
+                    vec: bytes | None = None) -> tuple[ShardInfo, ...]:
         return (self.write_shard(name, DATA_DIR, table, prompt_key, progress=progress,
-                                 index=index, lsh=lsh) if len(table) else ())
+                                 index=index, lsh=lsh, vectors=vectors, vec=vec)
+                if len(table) else ())
 
     def _write_rejected(self, name: str, rejected: sh.Rows | None) -> tuple[ShardInfo, ...]:
         if rejected is None:
@@ -304,10 +313,12 @@ class StoreWriter(StoreReader):
     @reports_full_disk
     def write_shard(self, name: str, sub: str, table: pa.Table, prompt_key: str | None = None,
                     *, keys: np.ndarray | None = None, lsh: bytes | None = None,
-                    index: LshParams | None = None,
+                    index: LshParams | None = None, vec: bytes | None = None,
+                    vectors: near.Kind | None = None,
                     progress: Bar = QUIET) -> tuple[ShardInfo, ...]:
         """Write a new shard (with its sorted prompt keys and, given `index` or `lsh`, its
-        near-duplicate sidecar) under `sub`/ of a dataset.
+        near-duplicate sidecar; given `vectors` or `vec`, its semantic sidecar) under
+        `sub`/ of a dataset.
 
         The shard's own files come first, the shard last; if any write fails (a full disk)
         the files already written are removed: they are named by no pending commit.
@@ -315,7 +326,8 @@ class StoreWriter(StoreReader):
         stem = f"{sub}/{uuid.uuid4().hex}"
         has_prompts = prompt_key is not None and prompt_key in table.column_names
         prompts = None
-        if has_prompts and (keys is None or (lsh is None and index is not None)):
+        if has_prompts and (keys is None or (lsh is None and index is not None)
+                            or (vec is None and vectors is not None)):
             prompts = table.column(prompt_key).to_pylist()
         if keys is None and prompts is not None:
             progress.stage("hashing prompts for dedup", len(table), "rows")
@@ -323,12 +335,16 @@ class StoreWriter(StoreReader):
         if lsh is None and index is not None and prompts is not None:
             progress.stage("hashing prompts for near-duplicates", len(table), "rows")
             lsh = near.sidecar_bytes(prompts, index, progress)
+        if vec is None and vectors is not None and prompts is not None:
+            progress.stage("embedding prompts for semantic duplicates", len(table), "rows")
+            vec = vectors.build(prompts, progress)
         written: list[str] = []
         try:
             keys_rel = self._write_beside(name, f"{stem}.keys", written,
                                           None if keys is None else pk.sorted_bytes(keys))
             lsh_rel = self._write_beside(name, f"{stem}.lsh", written, lsh)
-            if lsh_rel is not None:
+            vec_rel = self._write_beside(name, f"{stem}.vec", written, vec)
+            if lsh_rel is not None or vec_rel is not None:
                 crash_point("store.after_sidecar_write")
             progress.stage(f"writing {len(table):,} rows as a shard")
             info = sh.write_shard(self.backend, f"{name}/{stem}.arrow", table)
@@ -337,7 +353,7 @@ class StoreWriter(StoreReader):
                 self.backend.delete(f"{name}/{rel}")
             raise
         crash_point("store.after_shard_write")
-        return (replace(info, keys=keys_rel, lsh=lsh_rel),)
+        return (replace(info, keys=keys_rel, lsh=lsh_rel, vec=vec_rel),)
 
     def _write_beside(self, name: str, rel: str, written: list[str],
                       data: bytes | None) -> str | None:

@@ -42,6 +42,8 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "dedup": True,
             "near_duplicate": {"enabled": True, "threshold": 0.8, "num_perm": 128, "bands": 16,
                                "ngram": 5, "min_words": 10},
+            "semantic_duplicate": {"enabled": False, "model": "minilm", "endpoint": None,
+                                   "threshold": 0.95, "numbers_must_match": True},
             "solve_rate": {"enabled": False, "endpoint": None, "model_name": None,
                            "api_key_env": None, "model_path": None, "gguf_file": None,
                            "samples": 8, "keep": [0.125, 0.875], "temperature": 1.0,

@@ -222,3 +222,12 @@ def _prefect_servers() -> list[str]:
 
     return [" ".join(c.cmdline()) for c in psutil.Process(os.getpid()).children(recursive=True)
             if "uvicorn" in " ".join(c.cmdline())]
+
+
+class WritesPrompts(AbstractDataGenerator):
+    """One row per prompt of `prompts` (the semantic-duplicate round's paraphrases)."""
+
+    def generate(self, dataset: Any) -> datasets.Dataset:
+        start = int(self.config.get("start", 100))
+        return datasets.Dataset.from_list([verl_row(start + i, source="gen", content=str(p))
+                                           for i, p in enumerate(self.config.prompts)])
