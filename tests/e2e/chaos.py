@@ -273,22 +273,31 @@ class Chaos:
     # ---- the benchmark's figures -----------------------------------------------------
     def latencies(self) -> tuple[list[float], list[float]]:
         """Emit → commit seconds of the steps no fault touched, and recovery seconds after
-        each fault (restart → the next step's version committed)."""
+        each fault (restart → the next version committed)."""
+        commits, first_emit, touched = self._timings()
+        clean = [commits[s] - at for s, at in first_emit.items()
+                 if s in commits and s not in touched]
+        for fault in self.log:
+            after = [t for t in commits.values() if t >= fault["restarted_at"]]
+            fault["recovery"] = (min(after) - fault["restarted_at"]) if after else None
+        return clean, [f["recovery"] for f in self.log if f.get("recovery") is not None]
+
+    def touched_latencies(self) -> list[float]:
+        """Emit → commit seconds of the steps a fault touched (in flight while it hit)."""
+        commits, first_emit, touched = self._timings()
+        return [commits[s] - first_emit[s] for s in sorted(touched) if s in commits]
+
+    def _timings(self) -> tuple[dict[int, float], dict[int, float], set[int]]:
         commits = {rec.lineage["trigger"]["step"]: _epoch(rec.created_at)
                    for rec in Store(self.store.root).history(DATASET)[1:]}
         first_emit: dict[int, float] = {}
         for emit in self.emits():
             first_emit.setdefault(emit["step"], emit["at"])
-        touched = set()
+        touched: set[int] = set()
         for fault in self.log:
             touched |= {s for s, at in first_emit.items()
                         if at <= fault["restarted_at"] and commits.get(s, 0) >= fault["killed_at"]}
-        clean = [commits[s] - at for s, at in first_emit.items() if s in commits and
-                 s not in touched]
-        for fault in self.log:
-            after = [t for t in commits.values() if t >= fault["restarted_at"]]
-            fault["recovery"] = (min(after) - fault["restarted_at"]) if after else None
-        return clean, [f["recovery"] for f in self.log if f.get("recovery") is not None]
+        return commits, first_emit, touched
 
 
 def run_chaos(folder: Path, seed: int, steps: int, counts: dict[str, int], pace: float,
