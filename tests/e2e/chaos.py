@@ -65,7 +65,10 @@ for step in range(first, steps + 1):
     (folder / "checkpoint.tmp").write_text(str(step))
     (folder / "checkpoint.tmp").replace(checkpoint)  # atomic, as a trainer's checkpoint
 deadline = time.monotonic() + 120
-while flush_outbox(api_url).status != "sent" and time.monotonic() < deadline:
+while time.monotonic() < deadline:  # until the server has stored every event
+    done = flush_outbox(api_url)
+    if done.status == "sent" and not done.unconfirmed:
+        break
     time.sleep(1)
 print("emitter done", flush=True)
 """
@@ -220,7 +223,8 @@ class Chaos:
                              capture_output=True, text=True, timeout=120)
         if cli.returncode != 0:
             found.append(f"dyngen verify exited {cli.returncode}: {cli.stdout}{cli.stderr}")
-        pending = Outbox(self.outbox).pending(self.server.api_url)
+        outbox = Outbox(self.outbox)
+        pending = outbox.pending(self.server.api_url) + outbox.unconfirmed(self.server.api_url)
         if pending:
             found.append(f"{len(pending)} events left in the outbox")
         found += self._run_problems()
