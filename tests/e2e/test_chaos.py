@@ -9,6 +9,7 @@ steps and prints the latencies.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,11 @@ STEPS = 12
 FAULTS = {"serve": 1, "server": 1, "emitter": 1}
 
 
-@pytest.mark.parametrize("seed", [1])
+# CI runs one seed; DYNGEN_CHAOS_SEEDS=1,2,3 runs more, one after another.
+SEEDS = [int(s) for s in os.environ.get("DYNGEN_CHAOS_SEEDS", "1").split(",") if s.strip()]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_every_step_commits_once_in_order_through_sigkills_of_every_process(
         tmp_path: Path, seed: int) -> None:
     chaos = run_chaos(tmp_path / "chaos", seed, STEPS, FAULTS, pace=1.0, heal_seconds=240)
