@@ -35,7 +35,7 @@ from prefect.exceptions import ObjectAlreadyExists
 from prefect.runtime import flow_run
 from prefect.states import AwaitingRetry, Crashed
 
-from dyngen.round.holders import PROCESS_LABEL, process_is_gone, this_process
+from dyngen.round.holders import PROCESS_LABEL, holder_labels, holder_of, process_is_gone
 from dyngen.round.run_names import missing_tags
 
 GUARD_TIMEOUT_SECONDS = 3600.0
@@ -151,8 +151,9 @@ def _release_dead_holders(client: SyncPrefectClient, dataset: str) -> None:
         tags=FlowRunFilterTags(all_=[f"dataset:{dataset}"]),
         state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
     for run in runs:
-        if not run.labels.get(LEASE_LABEL) or run.id == flow_run.id or not process_is_gone(
-                str(run.labels.get(PROCESS_LABEL, ""))):
+        identity = holder_of(run)
+        if not run.labels.get(LEASE_LABEL) or run.id == flow_run.id or not identity \
+                or not process_is_gone(identity):
             continue
         crashed = Crashed(message="its process died while holding the round slot of "
                                   f"dataset {dataset!r}; a later round freed the slot")
@@ -240,4 +241,4 @@ def _mark_holder(dataset: str, lease_id: UUID) -> None:
         if tags is not None:  # tagged at creation: served for one dataset, or run_round
             client.update_flow_run(flow_run.id, tags=tags)
         client.update_flow_run_labels(flow_run.id, {
-            LEASE_LABEL: str(lease_id), PROCESS_LABEL: this_process()})
+            LEASE_LABEL: str(lease_id), **holder_labels()})

@@ -50,7 +50,7 @@ from prefect.flows import Flow
 from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
-from dyngen.round.holders import PROCESS_LABEL, process_is_gone, this_process
+from dyngen.round.holders import holder_labels, holder_of, process_is_gone
 from dyngen.round.slot import end_dead_round, release_round_slot
 
 logger = logging.getLogger("dyngen.serve")
@@ -191,7 +191,7 @@ class WarmRunner:
                 return
             # This process answers for the run until its child does (execute_flow_run): if
             # it dies in between, the next `dyngen serve` can tell (`_end_orphans`).
-            client.update_flow_run_labels(run.id, {PROCESS_LABEL: this_process()})
+            client.update_flow_run_labels(run.id, holder_labels())
             # Pending claims the run; a full concurrency limit answers with a later
             # Scheduled state instead: the run waits, and so do the runs after it.
             try:
@@ -242,7 +242,7 @@ class WarmRunner:
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
                 any_=[StateType.PENDING, StateType.RUNNING]))), limit=WAITING_RUNS)
         for run in runs:
-            identity = str(run.labels.get(PROCESS_LABEL) or "")
+            identity = holder_of(run)
             if run.id in self.children or not identity or not process_is_gone(identity):
                 continue
             state = Crashed(message="its process died (a `dyngen serve` that was killed, or "
@@ -309,7 +309,7 @@ def execute_flow_run(module: str, name: str, flow_run_id: str) -> None:
     try:
         with handle_engine_signals(UUID(flow_run_id)), get_client(sync_client=True) as client:
             # From now on this process answers for the run (see WarmRunner._end_orphans).
-            client.update_flow_run_labels(UUID(flow_run_id), {PROCESS_LABEL: this_process()})
+            client.update_flow_run_labels(UUID(flow_run_id), holder_labels())
             run = client.read_flow_run(UUID(flow_run_id))
             run_flow(flow, flow_run=run, return_type="state")
     finally:

@@ -10,6 +10,7 @@ Scheduled, a few times at most, so its batch end's step is still committed.
 from __future__ import annotations
 
 import subprocess
+import uuid
 from typing import Any
 
 import pytest
@@ -73,3 +74,29 @@ def test_a_later_serve_ends_and_reruns_the_runs_of_a_killed_one() -> None:
         runner._end_orphans(client, deployment_id)
         assert client.read_flow_run(live.id).state.is_running()
         client.set_flow_run_state(live.id, Cancelled(), force=True)
+
+
+def test_a_round_lost_while_giving_its_place_back_is_still_told_dead() -> None:
+    """A round that gives its place back to an earlier step labels its run, then puts it
+    back to Scheduled; a server lost in between leaves it Running. Its label must still
+    name its (gone) process, and go stale once the run runs again in a new process."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled
+
+    from dyngen.flows.generation_round import generation_round
+
+    deployment = round_deployment("dead", {"store": {"root": "unused"}})
+    deployment_id = deployment.apply()
+    runner = WarmRunner(generation_round, deployment)
+    with get_client(sync_client=True) as client:
+        stuck = _running_run_of_a_dead_process(client, deployment_id, 4)
+        client.update_flow_run_labels(stuck.id, {
+            holders.LEFT_LABEL: str(client.read_flow_run(stuck.id).state_id)})
+        moved_on = _running_run_of_a_dead_process(client, deployment_id, 5)
+        client.update_flow_run_labels(moved_on.id, {holders.LEFT_LABEL: str(uuid.uuid4())})
+        runner._end_orphans(client, deployment_id)
+        assert client.read_flow_run(stuck.id).state.name == "AwaitingRetry"
+        # Running again in a state it did not leave: its new process answers, not the old.
+        assert client.read_flow_run(moved_on.id).state.is_running()
+        assert holders.holder_of(client.read_flow_run(moved_on.id)) == ""
+        client.set_flow_run_state(moved_on.id, Cancelled(), force=True)
