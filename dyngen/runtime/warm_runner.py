@@ -26,6 +26,7 @@ import multiprocessing
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -135,15 +136,35 @@ class WarmRunner:
         self._claim_after = 0.0  # after a refusal, when to ask for the slot again
 
     def serve(self) -> None:
-        """Register the deployment (with its triggers) and run its runs until SIGINT/SIGTERM."""
-        deployment_id = self.deployment.apply()
+        """Register the deployment (with its triggers) and run its runs until SIGINT/SIGTERM.
+
+        A server that is down (or goes down while it starts) is waited for: a `dyngen serve`
+        restarted during an outage must not exit (what the chaos test found)."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        deployment_id = self._while_down(self.deployment.apply)
+        if deployment_id is None:
+            return  # stopped before the server came back
         warm = self.context.Process(target=time.sleep, args=(0,))  # starts the fork server
         warm.start()
         warm.join()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: self.stopping.set())
         print(f"dyngen: serving deployment {self.deployment.flow_name}/{self.deployment.name}"
               f" ({deployment_id}), runs forked from a warm process", flush=True)
+        self._while_down(lambda: self._serve_runs(deployment_id))
+
+    def _while_down(self, call: Callable[[], Any]) -> Any:
+        """`call()`, again each second while the server cannot be reached (None if stopped)."""
+        while not self.stopping.is_set():
+            try:
+                result = call()
+                self._report_server(up=True)
+                return result
+            except _SERVER_ERRORS as exc:
+                self._report_server(up=False, error=exc)
+                self.stopping.wait(1.0)
+        return None
+
+    def _serve_runs(self, deployment_id: UUID) -> None:
         next_ready = 0.0
         with get_client(sync_client=True) as client:
             while not self.stopping.is_set():
