@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -38,3 +39,18 @@ def server_steps(api_url: str, dataset: str, count: int,
             break
         time.sleep(0.5)
     return [e["payload"]["trigger"]["step"] for e in found]
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line or environment mentions `text` (a test's folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in blob:
+            found.append(int(entry.name))
+    return found

@@ -12,23 +12,9 @@ import pytest
 
 from dyngen.store import Store, verify
 from tests.browser import render, screenshot
+from tests.support import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    """PIDs whose command line or environment mentions `text` (our demo folder)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if text.encode() in blob:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +51,7 @@ def test_demo_grows_the_dataset_through_served_rounds_and_leaves_nothing_running
     assert "Prefect UI: http://127.0.0.1:" in out.stdout
     ui_line = next(ln for ln in out.stdout.splitlines() if ln.startswith("Prefect UI:"))
     assert "--keep-server" in ui_line  # beside the link that stops working when the demo ends
-    assert _processes_mentioning(str(workdir)) == [], "the demo left processes running"
+    assert processes_mentioning(str(workdir)) == [], "the demo left processes running"
 
 
 def test_the_demos_report_renders_in_a_browser_with_its_charts(

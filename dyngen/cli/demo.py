@@ -1,6 +1,7 @@
 """`dyngen demo`: the whole loop on one machine, with nothing else running.
 
-It starts a local Prefect server (SQLite under the demo folder, 127.0.0.1 only), serves
+It starts a local Prefect server (PostgreSQL under the demo folder where the extra
+`dyngen[server]` is installed, else SQLite; 127.0.0.1 only), serves
 the generation round with its batch-end trigger, seeds a small verl-format dataset,
 runs a simulated training loop that emits batch-end events with metrics, waits for
 each triggered round to commit, prints the history with lineage and the UI address,
@@ -85,7 +86,11 @@ def run_demo(workdir: Path, console: Console, *, batches: int = 3,
     os.environ.update(server.env())
     serve = None
     try:
-        console.print(f"starting a Prefect server on {server.ui_url} (SQLite in {server.home})…")
+        kind = "PostgreSQL" if server.database == "postgresql" else "SQLite"
+        console.print(f"starting a Prefect server on {server.ui_url} ({kind} in {server.home})…",
+                      markup=False, soft_wrap=True)
+        if server.note:
+            console.print(f"  {server.note}", markup=False, soft_wrap=True)
         t0 = time.monotonic()
         server.start()
         console.print(f"  up in {time.monotonic() - t0:.0f} s")
@@ -124,8 +129,11 @@ def run_demo(workdir: Path, console: Console, *, batches: int = 3,
                       markup=False, soft_wrap=True)
         if keep_server:
             pid = server.process.pid if server.process else "?"
-            console.print(f"--keep-server: server PID {pid}, serve PID {serve.pid}; stop each "
-                          f"with `kill -INT -<PID>`. Use PREFECT_API_URL={server.api_url}")
+            database = (f", PostgreSQL PID {server.postgres.pid}"
+                        if server.postgres is not None else "")
+            console.print(f"--keep-server: server PID {pid}, serve PID {serve.pid}{database}; "
+                          f"stop each with `kill -INT -<PID>`. Use "
+                          f"PREFECT_API_URL={server.api_url}")
     finally:
         if not keep_server:
             if serve is not None:

@@ -51,7 +51,8 @@ def round_(
             raise round_failure(name, exc, log) from exc
     counts = result["counts"]
     if not result["created"]:
-        state.out.print(already_committed(name, result["version"], step, event_id),
+        state.out.print(already_committed(name, result["version"], step, event_id,
+                                          result.get("idempotency_key")),
                         markup=False, soft_wrap=True)
         return
     state.out.print(f"committed {name!r} version {result['version']} (parent "
@@ -75,12 +76,18 @@ def round_(
         make_console(stderr=True).print(warning, style="yellow", markup=False, soft_wrap=True)
 
 
-def already_committed(name: str, version: int, step: int | None, event_id: str | None) -> str:
+def already_committed(name: str, version: int, step: int | None, event_id: str | None,
+                      committed_key: str | None = None) -> str:
     """Why a round committed nothing new: its trigger's key, and how to run another."""
     if event_id is not None:
         key, again = f"event:{event_id}", "another --event-id"
     else:
         key, again = f"{name}:step:{step}", f"another --step (e.g. --step {(step or 0) + 1})"
+    next_step = f"another --step (e.g. --step {(step or 0) + 1})"
+    if committed_key is not None and committed_key != key and step is not None:
+        return (f"step {step} is already committed as version {version} (by trigger "
+                f"{committed_key}); nothing new. A training step commits once (a resumed "
+                f"trainer sends its steps again): run another round with {next_step}.")
     return (f"already committed as version {version} by trigger {key}; nothing new. Rounds "
             "are keyed by their trigger (--event-id, else the dataset and --step), so the "
             f"same one commits once: run another round with {again}.")

@@ -78,8 +78,9 @@ def generation_round(
 
 def _already_committed(done: VersionRecord, store: Store) -> dict[str, Any]:
     """The round of this trigger committed `done` before: publish it if its run could not."""
-    get_run_logger().info("trigger %s already committed as version %d; nothing to do",
-                          done.idempotency_key, done.version)
+    step = (done.lineage.get("trigger") or {}).get("step")
+    get_run_logger().info("trigger %s (step %s) already committed as version %d; nothing to do",
+                          done.idempotency_key, step, done.version)
     if done.version == store.head_version(done.dataset):
         # Its round may have been killed after committing, before publishing.
         _publish(done, store, unless_published=True)
@@ -112,5 +113,5 @@ def _publish(record: VersionRecord, store: Store, unless_published: bool = False
 def summary(record: Any, created: bool, compacted: list[int] | None = None) -> dict[str, Any]:
     """What the round did, as plain data (the flow run's result)."""
     return {"dataset": record.dataset, "version": record.version, "parent": record.parent,
-            "rows": record.rows, "created": created,
+            "rows": record.rows, "created": created, "idempotency_key": record.idempotency_key,
             "counts": record.lineage.get("counts", {}), "compacted": compacted or []}

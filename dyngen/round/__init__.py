@@ -58,9 +58,35 @@ def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
 
 
 def committed_for(store: Store, dataset: str, trigger: Trigger) -> VersionRecord | None:
-    """The version a round with this trigger already committed, if any (its idempotency)."""
+    """The version a round with this trigger already committed, if any (its idempotency):
+    the one of its key, else the one of its step (a batch end sent again by a trainer
+    resumed from a checkpoint has a new event id, and the same step)."""
     key = trigger.idempotency_key(dataset)
-    return store.find_idempotency_key(dataset, key) if key else None
+    found = store.find_idempotency_key(dataset, key) if key else None
+    if found is None and trigger.step is not None:
+        found = committed_step(store, dataset, trigger.step)
+    return found
+
+
+def committed_step(store: Store, dataset: str, step: int) -> VersionRecord | None:
+    """The version a round of training step `step` committed, if any.
+
+    A dataset's rounds commit in the order of their steps (dyngen.round.step_order), so the
+    log is read from the head down only until a round of an earlier step: a new step costs
+    a record or two, a step sent again as many as the rounds committed since.
+    """
+    version = store.head_version(dataset)
+    while version is not None and version > 0:
+        record = store.record(dataset, version)
+        trigger = record.lineage.get("trigger") if record.operation == "append" else None
+        found = trigger.get("step") if isinstance(trigger, dict) else None
+        if isinstance(found, int) and not isinstance(found, bool):
+            if found == step:
+                return record
+            if found < step:
+                return None
+        version -= 1
+    return None
 
 
 # ---- stages ---------------------------------------------------------------------------

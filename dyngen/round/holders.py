@@ -10,9 +10,27 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 PROCESS_LABEL = "dyngen.round.process"
+# The state a run left when its process gave its place back (dyngen.round.step_order): the
+# process label names that process only while the run is still in that state.
+LEFT_LABEL = "dyngen.round.left_state"
 _DEAD = ("Z", "X")  # /proc states of a process that has exited (zombie, dead)
+
+
+def holder_labels() -> dict[str, str]:
+    """The labels by which a process says it now answers for its run."""
+    return {PROCESS_LABEL: this_process(), LEFT_LABEL: ""}
+
+
+def holder_of(run: Any) -> str:
+    """The identity of the process answering for a flow run ("" when none can be told)."""
+    labels = run.labels or {}
+    left = str(labels.get(LEFT_LABEL) or "")
+    if left and left != str(run.state_id):
+        return ""  # it gave its place back and runs again: its new process has not said so yet
+    return str(labels.get(PROCESS_LABEL) or "")
 
 
 def this_process() -> str:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from datetime import datetime, timezone
 from uuid import UUID
 
 import httpx
@@ -32,9 +33,9 @@ from prefect.client.schemas.objects import ConcurrencyLeaseHolder, FlowRun, Stat
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.exceptions import ObjectAlreadyExists
 from prefect.runtime import flow_run
-from prefect.states import Crashed
+from prefect.states import AwaitingRetry, Crashed
 
-from dyngen.round.holders import PROCESS_LABEL, process_is_gone, this_process
+from dyngen.round.holders import PROCESS_LABEL, holder_labels, holder_of, process_is_gone
 from dyngen.round.run_names import missing_tags
 
 GUARD_TIMEOUT_SECONDS = 3600.0
@@ -43,6 +44,8 @@ LEASE_SECONDS = 60.0
 GUARD_POLL_SECONDS = 0.25
 DEAD_HOLDER_CHECK_SECONDS = 2.0
 LEASE_LABEL = "dyngen.round.lease"
+RERUNS_LABEL = "dyngen.round.dead_reruns"  # times the round was run again after its process died
+DEAD_RERUNS = 3
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Limits this process created or found, per API address: later rounds skip the upsert.
 _LIMITS_CREATED: set[tuple[str, str]] = set()
@@ -148,8 +151,9 @@ def _release_dead_holders(client: SyncPrefectClient, dataset: str) -> None:
         tags=FlowRunFilterTags(all_=[f"dataset:{dataset}"]),
         state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
     for run in runs:
-        if not run.labels.get(LEASE_LABEL) or run.id == flow_run.id or not process_is_gone(
-                str(run.labels.get(PROCESS_LABEL, ""))):
+        identity = holder_of(run)
+        if not run.labels.get(LEASE_LABEL) or run.id == flow_run.id or not identity \
+                or not process_is_gone(identity):
             continue
         crashed = Crashed(message="its process died while holding the round slot of "
                                   f"dataset {dataset!r}; a later round freed the slot")
@@ -160,14 +164,37 @@ def _release_dead_holders(client: SyncPrefectClient, dataset: str) -> None:
 
 
 def end_dead_round(client: SyncPrefectClient, run: FlowRun, state: State) -> bool:
-    """Move a round whose process is gone to a final `state` and free its round slot.
+    """Move a round whose process is gone to a final `state`, free its round slot, and run
+    it again (`rerun_dead_round`).
 
-    Only the caller whose state change is accepted releases the lease, so of several
-    callers (waiting rounds, the serve process) exactly one does.
+    Only the caller whose state change is accepted releases the lease and reruns, so of
+    several callers (waiting rounds, the serve process) exactly one does.
     """
     if client.set_flow_run_state(run.id, state).status != SetStateStatus.ACCEPT:
         return False
     release_round_slot(client, run)
+    rerun_dead_round(client, run)
+    return True
+
+
+def rerun_dead_round(client: SyncPrefectClient, run: FlowRun) -> bool:
+    """Put a deployment's round whose process died back to Scheduled (AwaitingRetry), at
+    most DEAD_RERUNS times: its worker or `dyngen serve` runs the same flow run again, and
+    its trigger's key makes it land once if it had committed before it died.
+
+    Without this the round of that batch end never runs (Prefect does not retry a crashed
+    run): its step is never committed. A round run in a process of its own (run_round) has
+    no one to run it again: its caller sees the failure.
+    """
+    count = str(run.labels.get(RERUNS_LABEL) or "0")
+    reruns = int(count) if count.isdigit() else DEAD_RERUNS
+    if run.deployment_id is None or reruns >= DEAD_RERUNS:
+        return False
+    client.update_flow_run_labels(run.id, {RERUNS_LABEL: str(reruns + 1), PROCESS_LABEL: "",
+                                           LEASE_LABEL: ""})
+    client.set_flow_run_state(run.id, AwaitingRetry(
+        scheduled_time=datetime.now(timezone.utc),
+        message=f"its process died; run again ({reruns + 1} of {DEAD_RERUNS})"), force=True)
     return True
 
 
@@ -214,4 +241,4 @@ def _mark_holder(dataset: str, lease_id: UUID) -> None:
         if tags is not None:  # tagged at creation: served for one dataset, or run_round
             client.update_flow_run(flow_run.id, tags=tags)
         client.update_flow_run_labels(flow_run.id, {
-            LEASE_LABEL: str(lease_id), PROCESS_LABEL: this_process()})
+            LEASE_LABEL: str(lease_id), **holder_labels()})

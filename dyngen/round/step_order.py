@@ -55,7 +55,14 @@ from prefect.exceptions import Abort
 from prefect.states import Crashed, Scheduled
 
 from dyngen.round.context import PreviousEvent, Trigger
-from dyngen.round.holders import PROCESS_LABEL, process_is_gone, this_process
+from dyngen.round.holders import (
+    LEFT_LABEL,
+    PROCESS_LABEL,
+    holder_labels,
+    holder_of,
+    process_is_gone,
+    this_process,
+)
 from dyngen.round.slot import end_dead_round
 from dyngen.trainers.events import EVENT_NAME, resource_id
 
@@ -117,8 +124,7 @@ def keep_step_order(dataset: str, trigger: Trigger, bound_seconds: float) -> Ste
             if not said:  # this process waits: a later round can tell if it dies
                 since = now if since is None else since
                 client.update_flow_run_labels(me.id, {
-                    SINCE_LABEL: f"{since:.3f}",
-                    PROCESS_LABEL: this_process()})
+                    SINCE_LABEL: f"{since:.3f}", **holder_labels()})
             order.waited_seconds = now - since
             missing = [awaited.step] if awaited is not None else []
             steps = sorted({_step(run) or 0 for run in earlier} | set(missing))
@@ -253,7 +259,7 @@ def _earlier_runs(client: SyncPrefectClient, me: FlowRun, dataset: str,
 def _died_here(client: SyncPrefectClient, run: FlowRun, dataset: str) -> bool:
     """Whether `run` is a Running round whose process on this machine is gone (then it is
     marked Crashed): nobody waits for a round that cannot end by itself."""
-    identity = str(run.labels.get(PROCESS_LABEL, ""))
+    identity = holder_of(run)
     if not (run.state and run.state.is_running() and identity and process_is_gone(identity)):
         return False
     end_dead_round(client, run, Crashed(
@@ -273,8 +279,13 @@ def _give_way(client: SyncPrefectClient, me: FlowRun, dataset: str, step: int,
     pause = min(GIVE_WAY_AFTER_SECONDS * 2 ** gave_way, GIVE_WAY_MAX_SECONDS)
     when = max(latest, now) + timedelta(seconds=pause)
     steps = sorted({_step(run) or 0 for run in unstarted} | set(missing))
-    # No process of this run is left to tell about until a worker runs it again.
-    client.update_flow_run_labels(me.id, {GAVE_WAY_LABEL: str(gave_way + 1), PROCESS_LABEL: ""})
+    # This process answers for the run only while it is still in the state it leaves: if the
+    # server is lost before the state below lands, the run stays Running and a later round
+    # or serve can tell its process is gone (a label cleared here could not: what the chaos
+    # test found); once it runs again, its new process labels it.
+    left = client.read_flow_run(me.id).state_id
+    client.update_flow_run_labels(me.id, {GAVE_WAY_LABEL: str(gave_way + 1),
+                                          PROCESS_LABEL: this_process(), LEFT_LABEL: str(left)})
     get_run_logger().info("dataset %r: step %d gives its place back to earlier step(s) %s, "
                           "which have not started%s; it runs again from %s", dataset, step,
                           steps, " (or been created)" if missing else "",

@@ -92,7 +92,7 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
                  max_round_seconds: float | None = None) -> None:
     """Serve the deployment until interrupted (Ctrl-C / SIGTERM)."""
     check_isolation(isolation)
-    refuse_to_replace_pool_deployment()
+    _once_reachable(refuse_to_replace_pool_deployment)
     require_generator(config, what="dyngen serve's config")
     deployment = round_deployment(dataset, config, every_n_batches)
     if isolation == "process":
@@ -108,6 +108,28 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
             + ROUND_MARGIN_SECONDS
     WarmRunner(generation_round, deployment, poll_seconds, max_round_seconds,
                preload=_generator_module(cfg)).serve()
+
+
+def _once_reachable(call: Any) -> None:
+    """`call()`, waiting for a Prefect server that is down (`dyngen serve` restarted during
+    an outage goes on once the server is back, as it does through one while it serves)."""
+    import time
+
+    import httpx
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    said = False
+    while True:
+        try:
+            return call()
+        except (httpx.HTTPError, PrefectHTTPStatusError, OSError) as exc:
+            if isinstance(exc, PrefectHTTPStatusError) and exc.response.status_code < 500:
+                raise
+            if not said:
+                print(f"dyngen: the Prefect server is unreachable ({exc}); waiting for it",
+                      flush=True)
+                said = True
+            time.sleep(1.0)
 
 
 def check_isolation(isolation: str) -> None:

@@ -9,7 +9,9 @@ deployment, tasks, logs, artifacts and heartbeats.
 
 Each run keeps its own process, so what happens to it cannot take the serve process down:
 - a child that dies (a crash, a kill, an exit) leaves its run Crashed and the round slot
-  it held (round/slot.py) released;
+  it held (round/slot.py) released, and the run is run again (a few times at most);
+- a `dyngen serve` killed with its rounds leaves their runs Pending or Running: the next
+  one ends them the same way (each run is labelled with the process answering for it);
 - a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL), its
   run TimedOut (Failed) and its slot released;
 - a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled.
@@ -24,6 +26,7 @@ import multiprocessing
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -48,6 +51,7 @@ from prefect.flows import Flow
 from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
+from dyngen.round.holders import holder_labels, holder_of, process_is_gone
 from dyngen.round.slot import end_dead_round, release_round_slot
 
 logger = logging.getLogger("dyngen.serve")
@@ -132,15 +136,35 @@ class WarmRunner:
         self._claim_after = 0.0  # after a refusal, when to ask for the slot again
 
     def serve(self) -> None:
-        """Register the deployment (with its triggers) and run its runs until SIGINT/SIGTERM."""
-        deployment_id = self.deployment.apply()
+        """Register the deployment (with its triggers) and run its runs until SIGINT/SIGTERM.
+
+        A server that is down (or goes down while it starts) is waited for: a `dyngen serve`
+        restarted during an outage must not exit (what the chaos test found)."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        deployment_id = self._while_down(self.deployment.apply)
+        if deployment_id is None:
+            return  # stopped before the server came back
         warm = self.context.Process(target=time.sleep, args=(0,))  # starts the fork server
         warm.start()
         warm.join()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: self.stopping.set())
         print(f"dyngen: serving deployment {self.deployment.flow_name}/{self.deployment.name}"
               f" ({deployment_id}), runs forked from a warm process", flush=True)
+        self._while_down(lambda: self._serve_runs(deployment_id))
+
+    def _while_down(self, call: Callable[[], Any]) -> Any:
+        """`call()`, again each second while the server cannot be reached (None if stopped)."""
+        while not self.stopping.is_set():
+            try:
+                result = call()
+                self._report_server(up=True)
+                return result
+            except _SERVER_ERRORS as exc:
+                self._report_server(up=False, error=exc)
+                self.stopping.wait(1.0)
+        return None
+
+    def _serve_runs(self, deployment_id: UUID) -> None:
         next_ready = 0.0
         with get_client(sync_client=True) as client:
             while not self.stopping.is_set():
@@ -148,6 +172,7 @@ class WarmRunner:
                     if time.monotonic() >= next_ready:
                         client.get_scheduled_flow_runs_for_deployments([deployment_id],
                                                                        limit=1)
+                        self._end_orphans(client, deployment_id)
                         next_ready = time.monotonic() + READY_SECONDS
                     running = self._watch_children(client)
                     self._start_due_runs(client, deployment_id,
@@ -185,6 +210,9 @@ class WarmRunner:
                 continue
             if room is not None and room <= 0:
                 return
+            # This process answers for the run until its child does (execute_flow_run): if
+            # it dies in between, the next `dyngen serve` can tell (`_end_orphans`).
+            client.update_flow_run_labels(run.id, holder_labels())
             # Pending claims the run; a full concurrency limit answers with a later
             # Scheduled state instead: the run waits, and so do the runs after it.
             try:
@@ -225,6 +253,23 @@ class WarmRunner:
         # A child lives on briefly after its run ends (Prefect's heartbeat thread, events).
         return sum(1 for i, state in states.items()
                    if i in self.children and not (state and state.is_final()))
+
+    def _end_orphans(self, client: SyncPrefectClient, deployment_id: UUID) -> None:
+        """End (and run again) the deployment's Pending or Running runs whose process on
+        this machine is gone: those of a `dyngen serve` that was killed, with its rounds.
+        Nothing else would: they would hold the deployment's concurrency slot for ever."""
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+                any_=[StateType.PENDING, StateType.RUNNING]))), limit=WAITING_RUNS)
+        for run in runs:
+            identity = holder_of(run)
+            if run.id in self.children or not identity or not process_is_gone(identity):
+                continue
+            state = Crashed(message="its process died (a `dyngen serve` that was killed, or "
+                                    "its round); a later `dyngen serve` ended it")
+            if end_dead_round(client, run, state):
+                logger.warning("flow run %s (%s): %s", run.name, run.id, state.message)
 
     def _stop(self, child: _Child, state: State) -> None:
         """Stop a child with SIGTERM, which lets the round release its slot on the way out
@@ -284,6 +329,8 @@ def execute_flow_run(module: str, name: str, flow_run_id: str) -> None:
     flow = getattr(importlib.import_module(module), name)
     try:
         with handle_engine_signals(UUID(flow_run_id)), get_client(sync_client=True) as client:
+            # From now on this process answers for the run (see WarmRunner._end_orphans).
+            client.update_flow_run_labels(UUID(flow_run_id), holder_labels())
             run = client.read_flow_run(UUID(flow_run_id))
             run_flow(flow, flow_run=run, return_type="state")
     finally:

@@ -1,14 +1,15 @@
 """A local Prefect server and helper processes, started and stopped by PID.
 
 Used by `dyngen demo`, the benchmarks and the end-to-end tests: `prefect server start` on
-127.0.0.1 with SQLite or PostgreSQL under a folder of ours (optionally with basic auth),
-and child processes (serve, worker, postgres) in their own process groups so that
-stopping one stops everything it
-started.
+127.0.0.1 with PostgreSQL or SQLite (dyngen/server/database.py) under a folder of ours,
+optionally with basic auth, and child processes (serve, worker, postgres) in their own
+process groups so that stopping one stops everything it started. Without PREFECT_API_URL,
+Prefect's temporary server, on the same database choice (`ensure_prefect_api`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import httpx
 
 from dyngen.errors import ConfigError, PrefectServerError
 from dyngen.server.auth import AUTH_HINT, auth_headers
+from dyngen.server.database import DATABASES, default_database, sqlite_note
 from dyngen.server.processes import OwnedProcess, spawn
 from dyngen.server.processes import free_port as free_port  # re-exported, as before
 from dyngen.server.processes import stop as stop  # re-exported, as before
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
     from dyngen.server.postgres import LocalPostgres
 
 START_TIMEOUT_SECONDS = 180.0
-DATABASES = ("sqlite", "postgresql")
 # Prefect's temporary server creates its SQLite database on the first start in a new
 # PREFECT_HOME: ~116 migrations, 9 s on a loaded 2-core machine, past Prefect's default
 # 20 s start-up budget together with the server's own import. dyngen waits this long.
@@ -123,7 +124,9 @@ def wait_for_automation(api_url: str, name: str, timeout: float = 120.0,
 
 def ensure_prefect_api(out: TextIO | None = None) -> str | None:
     """The Prefect API this process will use; without PREFECT_API_URL, start Prefect's
-    temporary server now, with a patient timeout, saying on `out` (stderr) what it waits for.
+    temporary server now (on PostgreSQL under the Prefect home where the extra is installed,
+    see dyngen/server/database.py), with a patient timeout, saying on `out` (stderr) what it
+    waits for.
 
     Returns the API address, or None when Prefect has no API and may not start one (its
     own error then says to set PREFECT_API_URL).
@@ -143,20 +146,32 @@ def ensure_prefect_api(out: TextIO | None = None) -> str | None:
     timeout = max(float(settings.server.ephemeral.startup_timeout_seconds),
                   temporary_server_timeout())
     out = out or sys.stderr
-    url = settings.server.database.connection_url
-    database = _sqlite_file(url.get_secret_value() if url is not None else "")
-    first = database is not None and not database.exists()
-    why = (f"the first start in this PREFECT_HOME creates its database {database}, which "
-           "can take a minute on a slow machine" if first else "this takes a few seconds")
-    print(f"PREFECT_API_URL is not set: starting a temporary Prefect server for this run; "
-          f"{why} (waiting up to {timeout:.0f} s)…", file=out, flush=True)
+    postgres = _temporary_postgres(settings)
+    if postgres is not None:
+        database: Path | None = postgres.data
+        first = not (postgres.data / "PG_VERSION").is_file()
+        what, note = f"its PostgreSQL database {database}", None
+    else:
+        url = settings.server.database.connection_url
+        database = _sqlite_file(url.get_secret_value() if url is not None else "")
+        first = database is not None and not database.exists()
+        what = f"its database {database}"
+        note = sqlite_note("sqlite") if database is not None and not _database_chosen(
+            settings) else None
+    why = (f"the first start in this PREFECT_HOME creates {what}, which can take a minute "
+           "on a slow machine" if first else "this takes a few seconds")
+    print(f"PREFECT_API_URL is not set: starting a temporary Prefect server for this run"
+          f"{' on PostgreSQL' if postgres else ''}; {why} (waiting up to {timeout:.0f} s)…",
+          file=out, flush=True)
+    if note:
+        print(f"  {note}", file=out, flush=True)
     started = time.monotonic()
     # The throwaway server's telemetry heartbeat races its own SQLite writes at start-up and
     # prints a "database is locked" traceback into the user's first round; a user's own
     # setting still wins.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     try:
-        server.start(timeout=int(timeout))
+        _start_temporary(server, postgres, int(timeout))
     except Exception as exc:
         raise PrefectServerError(
             f"the temporary Prefect server did not start within {timeout:.0f} s "
@@ -166,6 +181,42 @@ def ensure_prefect_api(out: TextIO | None = None) -> str | None:
     print(f"  temporary Prefect server up at {server.api_url} after "
           f"{time.monotonic() - started:.0f} s", file=out, flush=True)
     return server.api_url
+
+
+def _database_chosen(settings: Any) -> bool:
+    """Whether the user set the server's database (a URL, or a driver and its parts)."""
+    return bool({"connection_url", "driver"} & settings.server.database.model_fields_set)
+
+
+def _temporary_postgres(settings: Any) -> LocalPostgres | None:
+    """The cluster for the temporary server (`<PREFECT_HOME>/postgres`), or None for the
+    database Prefect would use anyway (SQLite, or the one the user configured)."""
+    if _database_chosen(settings) or default_database() != "postgresql":
+        return None
+    from dyngen.server.postgres import LocalPostgres
+
+    return LocalPostgres(Path(settings.home) / "postgres")
+
+
+def _start_temporary(server: Any, postgres: LocalPostgres | None, timeout: int) -> None:
+    """Start the temporary server, on `postgres` if given, which stops after it at exit."""
+    if postgres is None:
+        server.start(timeout=timeout)
+        return
+    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
+
+    postgres.start()
+    # Registered before the server's own stop (at its start): exit handlers run last
+    # first, so the database stops after the server.
+    atexit.register(postgres.stop)
+    try:
+        # The server process takes its settings from this one's at its start.
+        with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: postgres.url}):
+            server.start(timeout=timeout)
+    except BaseException:
+        atexit.unregister(postgres.stop)
+        postgres.stop()
+        raise
 
 
 def temporary_server_timeout() -> float:
@@ -194,13 +245,13 @@ def _sqlite_file(url: str) -> Path | None:
 
 @dataclass
 class LocalServer(OwnedProcess):
-    """`prefect server start` on 127.0.0.1, its database under `home`: SQLite (a file) or
-    PostgreSQL (a local cluster in `home/postgres`, see dyngen/server/postgres.py); basic auth if
-    `auth_string`."""
+    """`prefect server start` on 127.0.0.1, its database under `home`: PostgreSQL (a local
+    cluster in `home/postgres`, see dyngen/server/postgres.py) where the extra is installed,
+    else SQLite (a file), unless `database` says; basic auth if `auth_string`."""
 
     home: Path
     port: int = field(default_factory=free_port)
-    database: str = "sqlite"
+    database: str = field(default_factory=default_database)  # "sqlite" or "postgresql"
     process: subprocess.Popen[bytes] | None = None
     auth_string: str | None = None  # "user:password"; only /health answers without it
     postgres: LocalPostgres | None = None
@@ -209,6 +260,11 @@ class LocalServer(OwnedProcess):
         if self.database not in DATABASES:
             raise PrefectServerError(f"database must be one of {', '.join(DATABASES)}, "
                                      f"found {self.database!r}.")
+
+    @property
+    def note(self) -> str | None:
+        """A one-line note when the server is on SQLite for want of the extra (else None)."""
+        return sqlite_note(self.database)
 
     @property
     def ui_url(self) -> str:

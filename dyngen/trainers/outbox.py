@@ -37,10 +37,16 @@ LOCK_WAIT_SECONDS = 1.0
 # rest: the next emit (or `dyngen emit --flush`) goes on where it stopped.
 FLUSH_BUDGET_SECONDS = 1.5
 
+SENT_DIR = "sent"  # events the server took, until it has shown it stored them
+CONFIRM_AFTER_SECONDS = 5.0  # the server stores events within ~2 s (its persister's flush)
+CONFIRM_EVENTS = 200  # asked about per delivery
+CONFIRM_TRIES = 3  # an event the server takes and never stores is let go after this
+
 Status = Literal["sent", "queued", "dropped"]
 logger = logging.getLogger(__name__)
 _full_warned: set[Path] = set()  # outbox folders this process said are full (once each)
 _last_name = 0  # the newest file name this process wrote: names only increase
+_answered: dict[str, bool] = {}  # whether the last delivery to a server reached it
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class Delivery:
     pending: int = 0  # events of this server still in the outbox afterwards
     reason: str = ""  # why the server could not take them (empty when it did)
     unauthorized: bool = False  # the server refused this client's credentials
+    unconfirmed: int = 0  # events the server took, not yet seen stored (sent again if lost)
 
 
 def default_root() -> Path:
@@ -114,12 +121,16 @@ class Outbox:
         with self._locked(api_url) as locked:
             if not locked:  # another process is delivering: keep the order, queue behind it
                 return self._queue_or_drop(api_url, event, "another process is delivering")
+            (self.folder(api_url) / SENT_DIR).mkdir(exist_ok=True)
+            if _answered.get(api_url):  # not while it is down: that costs a connect timeout
+                self._confirm(api_url)  # events the server took but lost go out again, first
             files: list[Path | None] = [*self.pending(api_url)]
             if event is not None:
                 files.append(None)  # None stands for `event`, sent in the last batch
             sent, stopped = self._send_in_order(api_url, files, event)
+            _answered[api_url] = stopped is None or sent > 0
             if stopped is None:
-                return Delivery("sent", sent, 0)
+                return Delivery("sent", sent, 0, unconfirmed=len(self.unconfirmed(api_url)))
             if event is None or sent == len(files):
                 return Delivery("queued", sent, len(self.pending(api_url)), str(stopped),
                                 stopped.unauthorized)
@@ -144,12 +155,55 @@ class Outbox:
                     self._send_singly(api_url, events)
                 except SendError as again:  # the ones sent go again later, harmlessly
                     return sent, again
-            for path in batch:  # only now: a crash before this line re-sends, harmlessly
+            # Only now: a crash before this line re-sends, harmlessly. Until the server
+            # shows it kept them (`_confirm`), they wait in sent/.
+            for path, sent_event in zip(batch, events, strict=True):
                 if path is not None:
+                    moved = self.folder(api_url) / SENT_DIR / path.name
                     with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
+                        path.rename(moved)
+                        os.utime(moved)  # when it was sent: it is confirmed from then on
+                elif sent_event is not None:
+                    self._write(api_url, sent_event, sub=SENT_DIR, durable=False)
             sent += len(batch)
         return sent, None
+
+    def unconfirmed(self, api_url: str) -> list[Path]:
+        """Events the server took that it has not yet shown it kept, oldest first."""
+        folder = self.folder(api_url) / SENT_DIR
+        return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+    def _confirm(self, api_url: str) -> None:
+        """Forget the sent events the server has stored; queue again, in their places, those
+        it took at least CONFIRM_AFTER_SECONDS ago and has not.
+
+        A server answers `POST /events` once the event is on its way inside it, and stores
+        it within a second or two; one killed in between has lost it, and with it the
+        batch end's round. Sent again (its event id unchanged), it lands once.
+        """
+        now = time.time()
+        due = [p for p in self.unconfirmed(api_url) if now - _mtime(p) >= CONFIRM_AFTER_SECONDS]
+        events = {p: _read(p) for p in due[:CONFIRM_EVENTS]}
+        ids = [str(e.get("id")) for e in events.values() if e is not None]
+        if not ids:
+            return
+        try:
+            kept = stored_event_ids(api_url, ids)
+        except SendError:
+            return  # asked again by the next delivery
+        for path, event in events.items():
+            if event is None:
+                continue
+            tries = _tries(path)
+            if str(event.get("id")) in kept:
+                path.unlink(missing_ok=True)
+            elif tries >= CONFIRM_TRIES:
+                path.unlink(missing_ok=True)
+                logger.warning("dyngen: the Prefect server at %s took batch-end event %s %d "
+                               "times and never stored it; it is not sent again", api_url,
+                               _describe(event), tries + 1)
+            else:
+                path.rename(self.folder(api_url) / f"{path.stem.split('~')[0]}~{tries + 1}.json")
 
     def _send_singly(self, api_url: str,
                      events: list[dict[str, Any] | Mapping[str, Any] | None]) -> None:
@@ -180,7 +234,8 @@ class Outbox:
         _full_warned.discard(self.folder(api_url))
         return Delivery("queued", delivered, len(queued) + 1, reason, unauthorized)
 
-    def _write(self, api_url: str, event: Mapping[str, Any], sub: str = "") -> Path:
+    def _write(self, api_url: str, event: Mapping[str, Any], sub: str = "",
+               durable: bool = True) -> Path:
         folder = self.folder(api_url) / sub if sub else self.folder(api_url)
         folder.mkdir(parents=True, exist_ok=True)
         server_note = folder / "server.txt"
@@ -194,7 +249,8 @@ class Outbox:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(event, fh)
             fh.flush()
-            os.fsync(fh.fileno())  # a queued event survives a power loss, not just a crash
+            if durable:  # a queued event survives a power loss, not just a crash
+                os.fsync(fh.fileno())
         final = folder / f"{name}.json"
         os.replace(tmp, final)
         return final
@@ -266,6 +322,36 @@ def send_events(api_url: str, events: list[Mapping[str, Any]]) -> None:
     if not response.is_success:
         raise SendError(f"the Prefect server at {api_url} answered HTTP "
                         f"{response.status_code}: {response.text[:200]}", response.status_code)
+
+
+def stored_event_ids(api_url: str, ids: list[str]) -> set[str]:
+    """Which of these event ids the server has stored; SendError if it cannot say."""
+    import httpx
+
+    body = {"filter": {"id": {"id": ids}}, "limit": len(ids)}
+    try:
+        response = _http_client().post(f"{api_url.rstrip('/')}/events/filter", json=body,
+                                       headers=auth_headers())
+    except httpx.HTTPError as exc:
+        raise SendError(f"the Prefect server at {api_url} is unreachable "
+                        f"({type(exc).__name__})") from exc
+    if not response.is_success:
+        raise SendError(f"the Prefect server at {api_url} answered HTTP "
+                        f"{response.status_code}", response.status_code)
+    return {str(e.get("id")) for e in response.json().get("events", [])}
+
+
+def _tries(path: Path) -> int:
+    """How many times an event was sent again (`<name>~<tries>.json`)."""
+    tail = path.stem.rpartition("~")[2] if "~" in path.stem else "0"
+    return int(tail) if tail.isdigit() else 0
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -209,6 +209,26 @@ def test_same_idempotency_key_commits_nothing_new(store: Store) -> None:
     assert gc(store, "ds", grace_seconds=0) == []
 
 
+def test_a_step_sent_again_with_a_new_event_id_commits_nothing_new(store: Store) -> None:
+    # A trainer resumed from its checkpoint sends its last steps again: new event ids.
+    first = [generation_round("ds", config(store, start=100 * step),
+                              {"event_id": f"run1-{step}", "step": step}) for step in (1, 2, 3)]
+    for step in (2, 3):
+        again = generation_round("ds", config(store, start=900 + step),
+                                 {"event_id": f"resumed-{step}", "step": step})
+        assert again == {**first[step - 1], "created": False}
+    assert store.head("ds").version == 3
+    # The next step, and a step the log never had (below the head's), each commit once.
+    assert generation_round("ds", config(store, start=400),
+                            {"event_id": "resumed-4", "step": 4})["version"] == 4
+    assert store.compact("ds", full=True)  # a maintenance version on top is read past
+    assert store.head("ds").operation == "compact"
+    assert generation_round("ds", config(store, start=500), {"step": 4})["created"] is False
+    steps = [(r.lineage.get("trigger") or {}).get("step") for r in store.history("ds")]
+    assert [s for s in steps if s is not None] == [1, 2, 3, 4]
+    assert gc(store, "ds", grace_seconds=0) == []
+
+
 @pytest.mark.parametrize("trigger,wording", [
     ({"step": "three"}, "step must be a non-negative integer"),
     ({"step": 1, "surprise": True}, "unknown fields"),

@@ -124,3 +124,31 @@ def test_a_round_slot_held_across_a_server_restart_is_released_after_it(
         started = time.monotonic()
         slot._acquire_slot("restarted")
     assert time.monotonic() - started < 10
+
+
+def test_serve_started_while_the_server_is_down_waits_for_it(
+        own_server: LocalServer, tmp_path: Path) -> None:
+    """A `dyngen serve` (re)started during an outage waits and then serves (it used to exit
+    with a ConnectError: found by the chaos test)."""
+    from dyngen.server.local import spawn, stop, wait_for_automation
+    from dyngen.trainers.events import trigger_name
+    from tests.e2e.conftest import DYNGEN, REPO, env_for
+    from tests.e2e.test_triggered_rounds import ROUND_CONFIG
+
+    store = Store(tmp_path / "store")
+    store.create(DATASET, verl_rows(4))
+    log = tmp_path / "serve.log"
+    own_server.stop()
+    serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", DATASET,
+                   *ROUND_CONFIG], env_for(own_server), log, cwd=REPO)
+    try:
+        time.sleep(8)
+        assert serve.poll() is None, log.read_text()
+        own_server.start()
+        wait_for_automation(own_server.api_url, trigger_name(DATASET))
+        assert events.emit_batch_end(DATASET, 1, api_url=own_server.api_url)
+        wait_for_versions(store, DATASET, 1, log)
+        finished_runs(own_server, DATASET, 1)
+    finally:
+        stop(serve)
+    assert "unreachable" in log.read_text()
