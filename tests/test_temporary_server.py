@@ -92,16 +92,14 @@ def test_sqlite_when_chosen_and_a_note_naming_the_extra_when_missing(
 
 
 def test_a_database_of_the_users_own_is_kept() -> None:
-    from prefect.settings import (
-        PREFECT_SERVER_DATABASE_CONNECTION_URL,
-        get_current_settings,
-        temporary_settings,
-    )
+    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL, Settings
 
-    assert _temporary_postgres(get_current_settings()) is not None
+    # Settings as a user's process reads them (this worker's test server has set its own
+    # database in the current ones)
+    assert _temporary_postgres(Settings()) is not None
     own = "postgresql+asyncpg://me@db.example:5432/prefect"
-    with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: own}):
-        assert _temporary_postgres(get_current_settings()) is None
+    users = Settings().copy_with_update(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: own})
+    assert _temporary_postgres(users) is None
 
 
 INLINE_TRAINER = """

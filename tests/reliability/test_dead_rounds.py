@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +22,21 @@ from dyngen.runtime.serve import round_deployment
 from dyngen.runtime.warm_runner import WarmRunner
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+@pytest.fixture
+def deployment_id() -> Iterator[Any]:
+    """The round's deployment for dataset "dead"; its runs deleted after the test (left
+    Scheduled on this worker's server, they would be the next served round's work)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    deployment_id = round_deployment("dead", {"store": {"root": "unused"}}).apply()
+    yield deployment_id
+    with get_client(sync_client=True) as client:
+        for run in client.read_flow_runs(deployment_filter=DeploymentFilter(
+                id=DeploymentFilterId(any_=[deployment_id]))):
+            client.delete_flow_run(run.id)
 
 
 def _dead_identity() -> str:
@@ -46,15 +62,13 @@ def _running_run_of_a_dead_process(client: Any, deployment_id: Any, step: int,
     return run
 
 
-def test_a_later_serve_ends_and_reruns_the_runs_of_a_killed_one() -> None:
+def test_a_later_serve_ends_and_reruns_the_runs_of_a_killed_one(deployment_id: Any) -> None:
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelled, Running
 
     from dyngen.flows.generation_round import generation_round
 
-    deployment = round_deployment("dead", {"store": {"root": "unused"}})
-    deployment_id = deployment.apply()
-    runner = WarmRunner(generation_round, deployment)
+    runner = WarmRunner(generation_round, round_deployment("dead", {"store": {"root": "unused"}}))
     with get_client(sync_client=True) as client:
         orphan = _running_run_of_a_dead_process(client, deployment_id, 1)
         spent = _running_run_of_a_dead_process(client, deployment_id, 2, reruns=DEAD_RERUNS)
@@ -76,7 +90,7 @@ def test_a_later_serve_ends_and_reruns_the_runs_of_a_killed_one() -> None:
         client.set_flow_run_state(live.id, Cancelled(), force=True)
 
 
-def test_a_round_lost_while_giving_its_place_back_is_still_told_dead() -> None:
+def test_a_round_lost_while_giving_its_place_back_is_still_told_dead(deployment_id: Any) -> None:
     """A round that gives its place back to an earlier step labels its run, then puts it
     back to Scheduled; a server lost in between leaves it Running. Its label must still
     name its (gone) process, and go stale once the run runs again in a new process."""
@@ -85,9 +99,7 @@ def test_a_round_lost_while_giving_its_place_back_is_still_told_dead() -> None:
 
     from dyngen.flows.generation_round import generation_round
 
-    deployment = round_deployment("dead", {"store": {"root": "unused"}})
-    deployment_id = deployment.apply()
-    runner = WarmRunner(generation_round, deployment)
+    runner = WarmRunner(generation_round, round_deployment("dead", {"store": {"root": "unused"}}))
     with get_client(sync_client=True) as client:
         stuck = _running_run_of_a_dead_process(client, deployment_id, 4)
         client.update_flow_run_labels(stuck.id, {
