@@ -18,6 +18,15 @@ def write(path: Path, source: str) -> Path:
     return path
 
 
+def queued_triggers() -> list[dict]:
+    """The triggers of the batch ends waiting for the absent server (`no_server`), in order."""
+    import json
+
+    from dyngen.trainers.outbox import Outbox
+
+    return [json.loads(p.read_text())["payload"]["trigger"] for p in Outbox().pending(UNUSED_API)]
+
+
 def server_steps(api_url: str, dataset: str, count: int,
                  auth_string: str | None = None) -> list[int]:
     """Steps of the dataset's batch-end events the server recorded (once `count` are)."""

@@ -199,8 +199,45 @@ def test_each_rounds_pass_rates_and_band_are_drawn(tmp_path: Path) -> None:
     assert points[0] is not None and points[0].histogram == (3, 1, 0, 2, 5)
     assert points[1] is not None and points[1].keep == (0.125, 0.875) and points[2] is None
     page = report_html(store, "graded")
-    assert charts_in(page) == ["rows", "counts", "metrics", "state", "solve_rate", "timings"]
+    assert charts_in(page) == ["rows", "counts", "metrics", "state", "solve_rate", "effective",
+                               "timings"]
     assert "Pass rates against the policy" in page
+
+
+def test_each_version_draws_the_trainers_effective_share_beside_the_bands_kept_share(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.create("helping", verl_rows(2))
+    band = {"samples": 4, "keep": [0.25, 0.75]}
+    lineages = [  # what the trainer reported at each round's step, and what the band kept
+        round_lineage(1, 1, {}, solve_rate={**band, "histogram": [6, 1, 1, 0, 2],
+                                            "policy_step": 0}),
+        round_lineage(2, 1, {}, solve_rate={**band, "histogram": [2, 2, 2, 2, 2],
+                                            "policy_step": 2}),
+        round_lineage(3, 1, {}),  # no band: the trainer's share alone
+    ]
+    for lineage, zero in zip(lineages, (0.75, 0.25, 0.5), strict=True):
+        lineage["trigger"]["metrics"]["dyngen/zero_spread_share"] = zero
+    lineages.append(round_lineage(4, 1, {}))  # neither
+    for i, lineage in enumerate(lineages):
+        store.append("helping", verl_rows(1, start=10 + i), lineage=lineage)
+    rounds = history_of(store.history("helping")).rounds
+    assert [r.effective_share for r in rounds] == [0.25, 0.75, 0.5, None]
+    shares = [r.solve_rate.kept_share if r.solve_rate else None for r in rounds]
+    assert shares == [0.2, 0.6, None, None]
+    assert [r.solve_rate.policy_step if r.solve_rate else None for r in rounds] == [0, 2, None,
+                                                                                   None]
+    page = report_html(store, "helping")
+    assert "effective" in charts_in(page) and "Is the data helping?" in page
+    assert "Nothing to draw: no trainer reported" in report_html(grown_plain(tmp_path), "plain")
+
+
+def grown_plain(tmp_path: Path) -> Store:
+    """A dataset of rounds whose trainer reported no spread and that measured no band."""
+    store = Store(tmp_path / "plain")
+    store.create("plain", verl_rows(1))
+    store.append("plain", verl_rows(1, start=5), lineage=round_lineage(1, 1, {}))
+    return store
 
 
 def test_the_rows_chart_marks_only_versions_not_made_by_appending(grown: Store) -> None:

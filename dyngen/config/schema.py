@@ -124,6 +124,7 @@ class SolveRateConfig:
     endpoint: str | None = None
     model_name: str | None = None
     api_key_env: str | None = None  # the NAME of the variable holding the key, never the key
+    # A model folder, or a trainer's output_dir: each round loads its newest checkpoint-N.
     model_path: str | None = None
     gguf_file: str | None = None
     samples: int = 8

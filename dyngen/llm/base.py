@@ -101,6 +101,9 @@ class ChatModel(ABC):
     backend: ClassVar[str]
     name: str
     usage: ModelUsage
+    # The training step of the weights that answer, where the backend knows it (an
+    # in-process policy loaded from a trainer's checkpoint); None otherwise.
+    policy_step: int | None = None
 
     @abstractmethod
     def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:

@@ -5,7 +5,8 @@ Requests that sample alike (n, max_tokens, temperature, top_p, stop) are batched
 prefix, typically ~80% of a prompt) run through the model once; each chat's own part once,
 not once per sample. Sampling is reproducible: a batch whose requests all carry a `seed`
 draws from its own RNG stream (the caller's torch RNG is untouched), so the same requests
-sample the same tokens. Needs `pip install 'dyngen[llm]'`.
+sample the same tokens. Sampling has no top-k cut unless the model's generation config
+sets one, as an OpenAI-compatible server samples. Needs `pip install 'dyngen[llm]'`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dyngen.llm.base import ChatModel, ChatRequest, ChatResult, Message, ModelUsage, seed_int
-from dyngen.llm.weights import load_model
+from dyngen.llm.weights import load_weights
 
 
 def _cpus() -> int:
@@ -32,7 +33,10 @@ class InProcessChatModel(ChatModel):
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
-        self.model, self.tokenizer, self.name = load_model(cfg)
+        loaded = load_weights(cfg)
+        self.model, self.tokenizer, self.name = loaded.model, loaded.tokenizer, loaded.name
+        # The training step of the checkpoint loaded (a trainer's output_dir), if it says.
+        self.policy_step: int | None = loaded.policy_step
         self.usage = ModelUsage(backend=self.backend, model=self.name)
 
     def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
@@ -133,6 +137,7 @@ class InProcessChatModel(ChatModel):
                 max_new_tokens=req.max_tokens, do_sample=req.temperature > 0,
                 temperature=req.temperature or None, pad_token_id=pad,
                 top_p=req.top_p if req.temperature > 0 else None,
+                **_top_k(model, req.temperature),
                 stopping_criteria=stopping, **{cache_kw: cache},
             )[:, ids.shape[1]:]
         decoded = [_cut(t, req.stop)
@@ -140,6 +145,17 @@ class InProcessChatModel(ChatModel):
         counts = (gen != pad).sum(dim=1).tolist()
         return [(decoded[i * n:(i + 1) * n], int(sum(counts[i * n:(i + 1) * n])))
                 for i in range(len(batch))]
+
+
+def _top_k(model: Any, temperature: float) -> dict[str, int]:
+    """No top-k cut unless the model's own generation config sets one: an OpenAI-compatible
+    request has no top_k, and TRL samples without one, but transformers cuts to the 50 most
+    likely tokens when nothing says otherwise: a pass rate measured so is not the one the
+    trainer's own sampling sees."""
+    config = getattr(model, "generation_config", None)
+    if temperature <= 0 or getattr(config, "top_k", None) is not None:
+        return {}
+    return {"top_k": 0}
 
 
 class _StopStrings:

@@ -173,6 +173,31 @@ def solve_rate_chart(history: History) -> str | None:
     return _svg(fig, f"{history.dataset}-solve-rate")
 
 
+def effective_chart(history: History) -> str | None:
+    """Per version: the effective-prompt share the trainer reported at the step that asked
+    for it, beside the share of the round's candidates its solve-rate band kept."""
+    rounds = [r for r in history.rounds if r.effective_share is not None
+              or (r.solve_rate is not None and r.solve_rate.kept_share is not None)]
+    if not rounds:
+        return None
+    fig, ax = _figure(3.2)
+    series = (
+        ("effective-prompt share the trainer reported", KEPT_COLOR,
+         [(r.version, r.effective_share) for r in rounds]),
+        ("share of candidates the band kept", "#1f77b4",
+         [(r.version, r.solve_rate.kept_share if r.solve_rate else None) for r in rounds]))
+    for label, color, points in series:
+        known = [(v, y) for v, y in points if y is not None]
+        if known:
+            xs, ys = _thin([p[0] for p in known], [p[1] for p in known])
+            ax.plot(xs, ys, marker="." if len(xs) <= 60 else None, color=color,
+                    linewidth=1.5, label=label)
+    ax.set_ylim(-0.05, 1.05)
+    _legend_above(fig, 2)
+    _labels(ax, "version", "share")
+    return _svg(fig, f"{history.dataset}-effective")
+
+
 # ---- helpers ---------------------------------------------------------------------------
 def _figure(height: float, rows: int = 1, cols: int = 1) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(WIDTH_INCHES, height), layout="constrained")

@@ -2,7 +2,9 @@
 
 A round's lineage holds `counts` (generated, kept, rejected by reason), `trigger` (step,
 metrics), `generator` (class, `state`) and `timings` (seconds per stage). Versions made
-otherwise (import, restore, a plain `Store.append`) have rows but no round.
+otherwise (import, restore, a plain `Store.append`) have rows but no round. The trigger's
+`dyngen/zero_spread_share` (dyngen.trainers.spread) is what the trainer reported of the
+batch that asked for the round: 1 − it is its effective-prompt share.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dyngen.store import VersionRecord
+from dyngen.trainers.spread import ZERO_SPREAD_SHARE
 
 MAX_SERIES = 8  # metrics or state fields per chart: more would be unreadable
 
@@ -35,6 +38,13 @@ class RoundPoint:
     levels: dict[str, float] = field(default_factory=dict)
     solve_rate: SolveRatePoint | None = None  # the round's solve-rate stage, when it ran
 
+    @property
+    def effective_share(self) -> float | None:
+        """The share of the trigger batch's prompts whose rewards differed, as the trainer
+        reported it (1 − its zero-spread share); None where it reported none."""
+        share = self.metrics.get(ZERO_SPREAD_SHARE)
+        return None if share is None or not 0 <= share <= 1 else 1.0 - share
+
 
 @dataclass(frozen=True)
 class SolveRatePoint:
@@ -43,6 +53,15 @@ class SolveRatePoint:
     samples: int
     histogram: tuple[int, ...]
     keep: tuple[float, float]
+    policy_step: int | None = None  # the training step of the weights that measured them
+
+    @property
+    def kept_share(self) -> float | None:
+        """The share of the measured rows inside the band (None: nothing measured)."""
+        lo, hi = self.keep
+        total = sum(self.histogram)
+        inside = sum(n for k, n in enumerate(self.histogram) if lo <= k / self.samples <= hi)
+        return inside / total if total else None
 
 
 @dataclass
@@ -140,7 +159,9 @@ def solve_rate_point(stage: Any) -> SolveRatePoint | None:
             and len(hist) == samples + 1 and all(_is_number(h) for h in hist)
             and isinstance(keep, list) and len(keep) == 2 and all(_is_number(k) for k in keep)):
         return None
-    return SolveRatePoint(samples, tuple(int(h) for h in hist), (float(keep[0]), float(keep[1])))
+    step = stage.get("policy_step")
+    return SolveRatePoint(samples, tuple(int(h) for h in hist), (float(keep[0]), float(keep[1])),
+                          step if isinstance(step, int) and not isinstance(step, bool) else None)
 
 
 def numbers(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

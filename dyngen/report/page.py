@@ -53,6 +53,13 @@ SECTIONS = (
      "Each round's candidates by the policy's pass rate (dot area: rows at that rate), and "
      "the band round.solve_rate kept (dashed); outside it rows went as too_easy / too_hard.",
      "no round measured a solve rate"),
+    ("effective", "Is the data helping?", charts.effective_chart,
+     "Per version: the effective-prompt share (prompts whose rewards differed, so they gave "
+     "a gradient) the trainer reported of the batch that asked for it, and the share of the "
+     "round's candidates inside the solve-rate band. A falling effective share: tighten the "
+     "band, raise the curriculum, or sample more (see the docs' \"Is the data helping?\").",
+     "no trainer reported a reward spread (dyngen/zero_spread_share) and no round measured a "
+     "solve rate"),
     ("timings", "Stage timings", charts.timings_chart,
      "Seconds each round spent per stage.", "no round recorded timings"),
 )

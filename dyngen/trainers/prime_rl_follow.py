@@ -25,7 +25,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dyngen.trainers.rollouts import rollout_record, write_rollouts
 from dyngen.trainers.verl_files import StepMetrics
@@ -88,18 +88,23 @@ class PrimeRLFollower(VerlFollower):
     def _training_step(self, record: dict[str, Any]) -> StepMetrics | None:
         return training_step(record)
 
-    def _rollouts_for(self, step: int, since: float) -> str | None | bool:
+    def _rollouts_for(self, step: int, since: float
+                      ) -> tuple[str | None, list[dict[str, Any]]] | Literal[False]:
         """The step's effective episodes as a rollouts file; written before its metrics
-        line, so a missing file means the step trained on none (or the monitor is off)."""
+        line, so a missing file means the step trained on none (or the monitor is off).
+
+        No samples for the reward spread: prime-rl's buffer may drop a group whose rewards
+        are all equal before it lands in `effective/`, and a spread computed from what is
+        left would overstate the share of prompts the step could learn from."""
         if self.rollout_dir is None:
-            return None
+            return None, []
         source = episodes_path(self.rollout_dir, step)
         try:
             lines = source.read_bytes().splitlines()
         except FileNotFoundError:
             logger.warning("dyngen follow: step %d has no episodes file %s; its batch end is "
                            "emitted without rollouts", step, source)
-            return None
+            return None, []
         assert self._prompts is not None
         self._prompts.refresh()
         records, skipped = [], 0
@@ -120,4 +125,4 @@ class PrimeRLFollower(VerlFollower):
         if skipped:
             logger.warning("dyngen follow: %s: %d episode line(s) or trace(s) without a "
                            "finite reward skipped", source, skipped)
-        return str(write_rollouts(self.folder / f"step-{step:08d}.jsonl", records))
+        return str(write_rollouts(self.folder / f"step-{step:08d}.jsonl", records)), []

@@ -4,7 +4,10 @@
   for every step): `on_log(logs=...)` is where TRL's GRPOTrainer hands its metrics
   (`reward`, `reward_std`, `rewards/<fn>/mean`, ...) to callbacks. Given the trainer, it
   also writes the step's completions (TRL's completion log, which `log_completions=True`
-  prints) as the round's rollouts file, each with its weighted reward as the score.
+  prints) as the round's rollouts file, each with its weighted reward as the score, and
+  adds the batch's reward spread to the metrics (dyngen.trainers.spread): the share of
+  prompts whose rewards are all equal (TRL's `frac_reward_zero_std`, computed from the
+  completions where it is not logged) and the mean spread of each prompt's rewards.
 - `FollowingDataset` is a `datasets.IterableDataset` over the newest committed version:
   a seeded permutation per pass, with rows committed meanwhile served first, so a round's
   rows are drawn within a block or two. Each block of `block_rows` rows reads the version
@@ -41,8 +44,10 @@ from dyngen.trainers.rollouts import (
     write_rollouts,
 )
 from dyngen.trainers.row_stream import RowStream
+from dyngen.trainers.spread import ZERO_SPREAD_SHARE, grouped, spread_metrics
 
 logger = logging.getLogger(__name__)
+TRL_ZERO_STD = "frac_reward_zero_std"  # GRPOTrainer's share of prompts with one reward
 RUN_FILE = "dyngen-run.json"  # in the trainer's output_dir: the run id a resume keeps
 
 
@@ -84,38 +89,56 @@ class DyngenCallback(TrainerCallback):
         run = self.run_id
         metrics = {k: float(v) for k, v in (logs or {}).items() if not isinstance(v, bool)
                    and isinstance(v, (int, float)) and math.isfinite(v)}
+        rollouts = None
         try:
-            rollouts = self._write_rollouts(run, step)
+            scored = _scored_completions(self.trainer)
+            metrics.update(_spread_of(metrics, scored))
+            rollouts = self._write_rollouts(run, step, scored)
         except Exception as exc:  # bookkeeping must never stop training
-            logger.warning("dyngen: step %d's completions not written (%s: %s); the round is "
-                           "asked for without rollouts", step, type(exc).__name__, exc)
-            rollouts = None
+            logger.warning("dyngen: step %d's completions not read or written (%s: %s); the "
+                           "round is asked for without them", step, type(exc).__name__, exc)
         self.results[step] = self.source.on_batch_end(
             step=step, metrics=metrics, rollouts=rollouts, event_id=event_id_for(run, step))
 
-    def _write_rollouts(self, run: str, step: int) -> str | None:
+    def _write_rollouts(self, run: str, step: int,
+                        scored: list[tuple[Any, float | None]]) -> str | None:
         """The trainer's latest completions as a rollouts file, or None without them."""
-        logged = getattr(self.trainer, "_logs", None)
-        if not isinstance(logged, Mapping) or not logged.get("prompt"):
+        if not scored:
             return None
-        prompts = list(logged["prompt"])
-        names = list(getattr(self.trainer, "reward_func_names", None) or logged["rewards"])
-        weights = getattr(self.trainer, "reward_weights", None)
-        weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
-        columns = [list(logged["rewards"].get(name, [])) for name in names]
         self._prompts.refresh()
-        records = []
-        for i, prompt in enumerate(prompts):
-            parts = [w * col[i] for w, col in zip(weights, columns, strict=True)
-                     if i < len(col) and col[i] is not None and not math.isnan(col[i])]
-            record = rollout_record(prompt, sum(parts) if parts else None,
-                                    self._prompts.truth_of(prompt))
-            if record is not None:
-                records.append(record)
+        records = [r for r in (rollout_record(prompt, score, self._prompts.truth_of(prompt))
+                               for prompt, score in scored) if r is not None]
         if not records:
             return None
         path = rollouts_dir(self.source.store.root, self.dataset, run) / f"step-{step:08d}.jsonl"
         return str(write_rollouts(path, records))
+
+
+def _scored_completions(trainer: Any) -> list[tuple[Any, float | None]]:
+    """(prompt, weighted reward or None) of each of the trainer's latest completions."""
+    logged = getattr(trainer, "_logs", None)
+    if not isinstance(logged, Mapping) or not logged.get("prompt"):
+        return []
+    prompts = list(logged["prompt"])
+    names = list(getattr(trainer, "reward_func_names", None) or logged["rewards"])
+    weights = getattr(trainer, "reward_weights", None)
+    weights = [1.0] * len(names) if weights is None else [float(w) for w in weights]
+    columns = [list(logged["rewards"].get(name, [])) for name in names]
+    out: list[tuple[Any, float | None]] = []
+    for i, prompt in enumerate(prompts):
+        parts = [w * col[i] for w, col in zip(weights, columns, strict=True)
+                 if i < len(col) and col[i] is not None and not math.isnan(col[i])]
+        out.append((prompt, sum(parts) if parts else None))
+    return out
+
+
+def _spread_of(metrics: Mapping[str, float], scored: list[tuple[Any, float | None]]
+               ) -> dict[str, float]:
+    """The batch's spread metrics: TRL's own zero-std share where it logged one."""
+    out = spread_metrics(grouped(scored))
+    if TRL_ZERO_STD in metrics:
+        out[ZERO_SPREAD_SHARE] = metrics[TRL_ZERO_STD]
+    return out
 
 
 def _is_step_log(logs: Mapping[str, Any] | None) -> bool:

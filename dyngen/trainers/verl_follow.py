@@ -5,6 +5,10 @@ metrics to a file and, with `trainer.rollout_data_dir`, each step's rollouts (se
 `verl_files`). `VerlFollower` tails both and emits one batch-end event per completed
 training step (every `every_n_steps`-th), with the step's metrics and its rollouts
 converted to dyngen's rollouts file under `<store root>/rollouts/<dataset>/<run>/`.
+verl's metrics hold no per-prompt reward spread; from the rollouts (each prompt's scores)
+the follower adds `dyngen/zero_spread_share` and `dyngen/reward_spread`
+(dyngen.trainers.spread), counting the groups verl's DAPO filter (`algorithm.filter_groups`)
+evicted or discarded before the dump where its metrics report them.
 
 Exactly once per step, across restarts of the follower and of verl: the event id is
 derived from the run id and the step (the round's idempotency key), and the last step
@@ -24,7 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dyngen.errors import ConfigError
 from dyngen.store import Store
@@ -36,6 +40,7 @@ from dyngen.trainers.rollouts import (
     rollouts_dir,
     write_rollouts,
 )
+from dyngen.trainers.spread import grouped, spread_metrics
 from dyngen.trainers.verl_files import (
     MetricsTail,
     StepMetrics,
@@ -50,6 +55,10 @@ MAX_METRICS = 256  # what a round's trigger accepts (dyngen.round.MAX_METRICS)
 # Kept first when a step logs more metrics than a trigger carries: what generators read.
 PREFERRED_METRICS = ("score", "reward", "acc", "response_length")
 STATE_FILE = "follow.json"
+# verl's DAPO filter's counts of prompt groups it left out of the step's batch (and dump):
+# evicted for a metric all its samples share, discarded as surplus with a spread.
+DAPO_EVICTED = "training/filter_groups/evicted_samples"
+DAPO_SURPLUS = "training/filter_groups/discarded_surplus_samples"
 
 
 def default_run_id(dataset: str, metrics_path: Path) -> str:
@@ -58,14 +67,32 @@ def default_run_id(dataset: str, metrics_path: Path) -> str:
     return f"{dataset}-{metrics_path.stem}-{digest}"
 
 
-def trigger_metrics(data: dict[str, Any]) -> dict[str, float]:
-    """The step's finite numeric metrics, at most MAX_METRICS, reward-like ones first."""
+def trigger_metrics(data: dict[str, Any], most: int = MAX_METRICS) -> dict[str, float]:
+    """The step's finite numeric metrics, at most `most`, reward-like ones first."""
     numeric = {str(k): float(v) for k, v in data.items() if not isinstance(v, bool)
                and isinstance(v, (int, float)) and math.isfinite(v)}
-    if len(numeric) <= MAX_METRICS:
+    if len(numeric) <= most:
         return numeric
     ranked = sorted(numeric, key=lambda k: (not any(p in k for p in PREFERRED_METRICS), k))
-    return {k: numeric[k] for k in ranked[:MAX_METRICS]}
+    return {k: numeric[k] for k in ranked[:most]}
+
+
+def dump_spread(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The step's spread metrics from its rollout dump (each prompt's scores), with the
+    groups verl's DAPO filter left out of the dump counted where it logged them."""
+    if not rows:
+        return {}
+    return spread_metrics(grouped((row.get("input"), row.get("score")) for row in rows),
+                          zero_spread_extra=_count(metrics.get(DAPO_EVICTED)),
+                          spread_extra=_count(metrics.get(DAPO_SURPLUS)))
+
+
+def _count(value: Any) -> int:
+    """A logged count (verl logs floats), 0 when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
 
 
 @dataclass
@@ -121,10 +148,11 @@ class VerlFollower:
         emitted = 0
         while self._waiting:
             step, since = self._waiting[0]
-            rollouts = self._rollouts_for(step.step, since)
-            if rollouts is False:
+            found = self._rollouts_for(step.step, since)
+            if found is False:
                 break  # not written yet: later steps wait behind it, in order
-            self._emit(step, rollouts)
+            rollouts, rows = found
+            self._emit(step, rollouts, rows)
             self._waiting.popleft()
             emitted += 1
             if self._waiting:  # the next step's wait starts now, not while it queued
@@ -136,10 +164,12 @@ class VerlFollower:
         """A metrics line's training step, or None for lines that end no batch."""
         return training_step(record)
 
-    def _rollouts_for(self, step: int, since: float) -> str | None | bool:
-        """The converted rollouts file, None to emit without, or False to wait longer."""
+    def _rollouts_for(self, step: int, since: float
+                      ) -> tuple[str | None, list[dict[str, Any]]] | Literal[False]:
+        """(the converted rollouts file, the step's scored lines as verl dumps them:
+        `input` and `score`), (None, []) to emit without, or False to wait longer."""
         if self.rollout_dir is None:
-            return None
+            return None, []
         source = dump_path(self.rollout_dir, step)
         rows = read_complete_dump(source, self.settle_seconds)
         if rows is None:
@@ -148,8 +178,8 @@ class VerlFollower:
             logger.warning("dyngen follow: step %d's rollouts %s did not appear complete "
                            "within %.0f s; its batch end is emitted without rollouts",
                            step, source, self.rollout_wait_seconds)
-            return None
-        return str(self._convert(step, rows, source))
+            return None, []
+        return str(self._convert(step, rows, source)), rows
 
     def _convert(self, step: int, rows: list[dict[str, Any]], source: Path) -> Path:
         """verl's rollout lines as dyngen rollouts, prompts mapped back to the dataset's."""
@@ -175,8 +205,11 @@ class VerlFollower:
                            source, len(rows) - len(records))
         return write_rollouts(self.folder / f"step-{step:08d}.jsonl", records)
 
-    def _emit(self, step: StepMetrics, rollouts: str | None) -> None:
-        sent = send_batch_end(self.dataset, step.step, trigger_metrics(step.metrics), rollouts,
+    def _emit(self, step: StepMetrics, rollouts: str | None, rows: list[dict[str, Any]]
+              ) -> None:
+        spread = dump_spread(step.metrics, rows)
+        metrics = {**trigger_metrics(step.metrics, MAX_METRICS - len(spread)), **spread}
+        sent = send_batch_end(self.dataset, step.step, metrics, rollouts,
                               event_id=event_id_for(str(self.run_id), step.step),
                               api_url=self.api_url)
         if sent.status == "dropped":

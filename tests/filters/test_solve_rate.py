@@ -218,6 +218,20 @@ def test_records_replace_an_older_solve_rate() -> None:
         "index": 0, "solve_rate": rec}
 
 
+def test_lineage_records_the_training_step_the_served_models_name_holds(
+        server: tuple[str, Script]) -> None:
+    url, script = server
+    flt = SolveRateFilter(settings(url))
+    run_filters(RowBatch([verl_row(0)]), [flt])
+    assert flt.lineage()["policy_step"] is None  # "scripted" names no step
+    script.model = "/runs/grpo/checkpoint-40"  # vLLM serving a checkpoint by its path
+    flt = SolveRateFilter(settings(url))
+    out = run_filters(RowBatch([verl_row(0)]), [flt])
+    assert flt.lineage()["policy_step"] == 40
+    assert flt.finish(out.kept).to_list()[0]["extra_info"]["solve_rate"]["version"] == \
+        "/runs/grpo/checkpoint-40"
+
+
 def test_an_in_process_policy_is_asked_the_same_way() -> None:
     from dyngen.llm.weights import model_location
 

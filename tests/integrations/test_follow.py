@@ -17,12 +17,11 @@ import pytest
 
 from dyngen.errors import ConfigError
 from dyngen.store import Store
-from dyngen.trainers.outbox import Outbox
 from dyngen.trainers.rollouts import event_id_for
 from dyngen.trainers.verl_files import MetricsTail
 from dyngen.trainers.verl_follow import VerlFollower, trigger_metrics
 from tests.rows import verl_rows
-from tests.support import UNUSED_API
+from tests.support import queued_triggers as queued
 
 NAME = "follow-unit"
 
@@ -31,11 +30,6 @@ def line(step: int, **metrics: Any) -> str:
     """One line as verl's FileLogger writes it."""
     data = {"training/global_step": step, "critic/score/mean": step / 10, **metrics}
     return json.dumps({"step": step, "data": data}) + "\n"
-
-
-def queued() -> list[dict[str, Any]]:
-    """The triggers of the batch ends waiting for the (absent) server, in order."""
-    return [json.loads(p.read_text())["payload"]["trigger"] for p in Outbox().pending(UNUSED_API)]
 
 
 @pytest.fixture
@@ -118,6 +112,36 @@ def test_rollouts_are_awaited_then_converted_or_skipped(
     assert records[1]["prompt"] == "user\nan unknown task\nassistant\n"  # kept, and said
     assert "1 of 2 rollouts of step 2 match no prompt" in caplog.text
     assert Path(two["rollouts"]).is_relative_to(store.root / "rollouts" / NAME)
+
+
+def write_dump(dumps: Path, step: int, groups: list[list[float]]) -> None:
+    """A step's rollout dump: one prompt per group, one line per sample, as verl dumps it."""
+    with open(dumps / f"{step}.jsonl", "w") as fh:
+        for i, scores in enumerate(groups):
+            for score in scores:
+                fh.write(json.dumps({"input": f"user\ntask {i}\nassistant\n", "output": "x",
+                                     "gts": "1", "score": score, "step": step}) + "\n")
+
+
+def test_each_batch_end_carries_the_dumps_reward_spread_and_daposs_evicted_groups(
+        store: Store, tmp_path: Path, no_server: None) -> None:
+    metrics, dumps = tmp_path / "m.jsonl", tmp_path / "dumps"
+    dumps.mkdir()
+    many = {f"timing_s/t{i:03d}": 1.0 for i in range(300)}
+    metrics.write_text(line(1) + line(2, **{"training/filter_groups/evicted_samples": 2.0,
+                                            "training/filter_groups/discarded_surplus_samples":
+                                            1.0}) + line(3, **many))
+    write_dump(dumps, 1, [[1, 1, 1, 1], [0, 1, 0, 1], [0, 0, 0, 0], [1, 0, 0, 0]])
+    write_dump(dumps, 2, [[1, 0], [1, 1]])  # DAPO left 2 groups without and 1 with a spread out
+    write_dump(dumps, 3, [[1, 0]])
+    assert follower(store, metrics, rollout_dir=dumps).poll() == 3
+    one, two, three = (t["metrics"] for t in queued())
+    assert one["dyngen/zero_spread_share"] == 0.5  # all 1s, all 0s: 2 of 4
+    assert one["dyngen/reward_spread"] == pytest.approx((0.57735 + 0.5) / 4, abs=1e-5)
+    assert two["dyngen/zero_spread_share"] == pytest.approx(3 / 5)
+    assert two["dyngen/reward_spread"] == pytest.approx(0.70711 / 2, abs=1e-5)
+    assert len(three) == 256 and three["dyngen/zero_spread_share"] == 0.0
+    assert three["critic/score/mean"] == 0.3  # the reward-like metrics still first
 
 
 def test_a_step_with_many_metrics_keeps_the_reward_like_ones() -> None:

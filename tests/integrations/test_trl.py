@@ -146,3 +146,40 @@ def test_callback_emits_once_per_training_log_with_stable_ids(
     assert callback.results == {2: event_id_for("run-a", 2), 4: event_id_for("run-a", 4)}
     live = str(PREFECT_API_URL.value())
     assert server_steps(live, "trl-emit", 2) == [2, 4]
+
+
+class CompletionLog:
+    """What a TRL trainer holds of its latest completions (`_logs`), for a trainer that
+    logs no `frac_reward_zero_std`: two prompts of three completions, two reward functions."""
+
+    reward_func_names = ["right", "short"]
+    reward_weights = [1.0, 0.5]
+
+    def __init__(self) -> None:
+        a, b = ([{"role": "user", "content": q}] for q in ("What is 1 + 1?", "What is 2 + 3?"))
+        self._logs = {"prompt": [a, a, a, b, b, b],
+                      "rewards": {"right": [1.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+                                  "short": [0.0, 1.0, 0.0, 1.0, 1.0, 1.0]}}
+
+
+def test_the_batch_end_carries_the_reward_spread_of_the_steps_completions(
+        tmp_path: Path, no_server: None) -> None:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from tests.support import queued_triggers
+
+    store = Store(tmp_path / "store")
+    store.create("trl-spread", verl_rows(2))
+    callback = DyngenCallback("trl-spread", store.root, trainer=CompletionLog(), run_id="r")
+    state = TrainerState()
+    state.global_step = 1
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[])
+    callback.on_log(args, state, TrainerControl(), logs={"loss": 0.5, "reward": 0.6})
+    # Weighted rewards: [1, .5, 1] (a spread) and [.5, .5, .5] (none): one of two prompts.
+    metrics = queued_triggers()[0]["metrics"]
+    assert metrics["dyngen/zero_spread_share"] == 0.5
+    assert metrics["dyngen/reward_spread"] == pytest.approx(0.288675 / 2, abs=1e-6)
+    state.global_step = 2  # TRL's own share wins where it logs one
+    callback.on_log(args, state, TrainerControl(), logs={"loss": 0.4,
+                                                         "frac_reward_zero_std": 0.25})
+    assert queued_triggers()[1]["metrics"]["dyngen/zero_spread_share"] == 0.25

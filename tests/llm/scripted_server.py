@@ -27,6 +27,7 @@ class Script:
         self.in_flight = self.most_in_flight = self.chats = 0
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.model = "scripted"  # the model each reply says answered
 
     def next_reply(self, body: dict[str, Any]) -> str | int:
         with self.lock:
@@ -70,7 +71,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                     return
                 n = int(body.get("n", 1))
                 self._send(200, {
-                    "id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+                    "id": "x", "object": "chat.completion", "created": 0, "model": script.model,
                     "choices": [{"index": i, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": f"answer {i}"}}
                                 for i in range(n)],

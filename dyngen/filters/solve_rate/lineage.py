@@ -1,5 +1,6 @@
-"""What a round records of its solve-rate stage: the policy (host:port, never a key), the
-samples, the band, tokens, seconds and the histogram of pass counts."""
+"""What a round records of its solve-rate stage: the policy (host:port, never a key) and
+the training step of its weights, the samples, the band, tokens, seconds and the histogram
+of pass counts."""
 
 from __future__ import annotations
 
@@ -42,12 +43,16 @@ def stage_lineage(settings: Mapping[str, Any], grades: Sequence[Grade],
     usage = {k: sum(int((s.get("usage") or {}).get(k, 0)) for s in shares) for k in USAGE_SUMS}
     models = {s.get("model") for s in shares if s.get("model")}
     modes = {s.get("n_in_one_request") for s in shares} - {None}
+    steps = [s["policy_step"] for s in shares if isinstance(s.get("policy_step"), int)]
     return {
         "endpoint": host_port(settings.get("endpoint")),
         "model_path": None if settings.get("endpoint") else settings.get("model_path"),
         "model": sorted(models)[0] if models else settings.get("model_name"),
         # True: n samples in one request; False: n one-sample requests (llama.cpp).
         "n_in_one_request": modes.pop() if len(modes) == 1 else None,
+        # The training step of the weights that measured these rates (the oldest, if a
+        # newer checkpoint landed between the round's shares); None where none is known.
+        "policy_step": min(steps) if steps else None,
         "samples": samples, "keep": keep, "band": keep,  # band: the same [low, high]
         "pass_threshold": float(settings["pass_threshold"]),
         "temperature": float(settings["temperature"]), "max_tokens": int(settings["max_tokens"]),

@@ -21,13 +21,13 @@ def split(rows: RowBatch, count: int) -> list[RowBatch]:
 def grade_share(settings: Mapping[str, Any], prompt_key: str, rows: RowBatch,
                 salt: Any = ()) -> dict[str, Any]:
     """One share's grades and what asking cost: {grades, usage, model, n_in_one_request,
-    seconds}. An empty share asks nothing."""
+    policy_step, seconds}. An empty share asks nothing."""
     started = time.perf_counter()
     flt = SolveRateFilter(settings, prompt_key, salt=salt)
     if not len(rows):
         return {"grades": [], "usage": {}, "model": None, "n_in_one_request": None,
-                "seconds": 0.0}
+                "policy_step": None, "seconds": 0.0}
     grades = flt.measure(rows)
     return {"grades": grades, "usage": flt.usage, "model": flt.model_name,
-            "n_in_one_request": flt.n_in_one_request,
+            "n_in_one_request": flt.n_in_one_request, "policy_step": flt.policy_step,
             "seconds": round(time.perf_counter() - started, 3)}

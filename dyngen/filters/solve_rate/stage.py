@@ -5,7 +5,9 @@ Each row is graded (grading.py) and its pass rate `passed / samples` compared wi
 measured rate (`7/8 passed`); a request that failed after its retries: `model_error`. Kept
 rows carry `extra_info.solve_rate = {passed, samples, model, version}`: `model` is the name
 the policy was asked by, `version` the model its server said answered (vLLM names the
-weights it serves), else that name.
+weights it serves), else that name. `policy_step` is the training step of the weights that
+answered, where it is known: an in-process policy loaded from a trainer's checkpoint, or a
+served model whose name holds `checkpoint-N` / `global_step_N` (dyngen.llm.checkpoints).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dyngen.filters.solve_rate.grading import Grade, band_verdict, grade_rows
 from dyngen.filters.solve_rate.lineage import stage_lineage
 from dyngen.filters.solve_rate.rewards import RewardChooser
 from dyngen.llm import ChatModel, chat_model
+from dyngen.llm.checkpoints import step_in_name
 from dyngen.rows import Row, RowBatch
 
 SECTION = "round.solve_rate"
@@ -66,6 +69,7 @@ class SolveRateFilter(RowFilter):
             settings.get("model_name") or "")
         self.usage: dict[str, Any] = {}  # what asking cost (ModelUsage), when it asked itself
         self.n_in_one_request: bool | None = None
+        self.policy_step: int | None = None  # the step of the weights that answered
         self._kept: dict[str, list[Grade]] = {}  # kept rows' grades, by the row's fingerprint
         self.shares: list[dict[str, Any]] = []  # what each share's grading cost
         self.labels: dict[str, str] = {}  # the reward function of each data source
@@ -80,7 +84,8 @@ class SolveRateFilter(RowFilter):
         else:
             grades = self.measure(rows)
             self.shares = [{"usage": self.usage, "model": self.model_name,
-                            "n_in_one_request": self.n_in_one_request}]
+                            "n_in_one_request": self.n_in_one_request,
+                            "policy_step": self.policy_step}]
         self.seconds += time.perf_counter() - started
         if len(grades) != len(rows):
             raise FilterError(f"SolveRateFilter was given {len(grades)} grades for "
@@ -120,8 +125,10 @@ class SolveRateFilter(RowFilter):
         try:
             model.check()
             self.model_name = model.name
-            return grade_rows(model, listed, self.prompt_key, self.settings, self.rewards,
-                              self.salt)
+            grades = grade_rows(model, listed, self.prompt_key, self.settings, self.rewards,
+                                self.salt)
+            self.policy_step = answering_step(model, grades)
+            return grades
         finally:
             if own:
                 self.usage = model.usage.as_dict()
@@ -150,6 +157,15 @@ class SolveRateFilter(RowFilter):
         """What a kept row's extra_info.solve_rate holds."""
         return {"passed": grade.passed, "samples": grade.samples, "model": self.model_name,
                 "version": grade.answered_by or self.model_name}
+
+
+def answering_step(model: ChatModel, grades: Sequence[Grade]) -> int | None:
+    """The training step of the weights that answered: the model's own (an in-process
+    checkpoint), else the oldest step the served model's answered names hold."""
+    if model.policy_step is not None:
+        return model.policy_step
+    steps = [s for g in grades if (s := step_in_name(g.answered_by)) is not None]
+    return min(steps) if steps else None
 
 
 def with_records(kept: RowBatch, records: Sequence[dict[str, Any] | None]) -> RowBatch:
