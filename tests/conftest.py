@@ -66,16 +66,16 @@ def prefect_server() -> Iterator[None]:
         yield
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_itemcollected(item: pytest.Item) -> None:
     """The end-to-end tests (tests/e2e/ and any marked `e2e`) in one xdist group: under
     `--dist loadgroup` one worker runs them one after another (each starts servers and
-    workers of its own) while the other workers take the rest."""
-    e2e = Path(__file__).parent / "e2e"
-    for item in items:
-        if e2e in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.e2e)
-        if item.get_closest_marker("e2e") is not None:
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+    workers of its own) while the other workers take the rest. Marked as each is
+    collected: xdist reads the groups in its own pytest_collection_modifyitems, which runs
+    before a conftest's."""
+    if Path(__file__).parent / "e2e" in Path(str(item.fspath)).parents:
+        item.add_marker(pytest.mark.e2e)
+    if item.get_closest_marker("e2e") is not None:
+        item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 # verl is optional: tests/verl runs in .venv-verl (scripts/test-verl.sh), never skipped.
