@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
 import textwrap
 import time
 from pathlib import Path
 
 # The discard port: nothing listens there, so Prefect calls to it fail at once.
 UNUSED_API = "http://127.0.0.1:9/api"
+
+
+def as_a_terminal_job() -> None:
+    """`preexec_fn` for a command a test will Ctrl-C: SIGINT as a terminal's foreground job
+    has it. A process started in the background by a non-interactive shell (CI launched with
+    `... &`) ignores SIGINT, and so would every process it starts: an interpreter that
+    starts with SIGINT ignored keeps it ignored, and Ctrl-C could not be tested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def write(path: Path, source: str) -> Path:

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.rows import verl_rows
+from tests.support import as_a_terminal_job
 
 REPO = Path(__file__).resolve().parents[1]
 # Real `dyngen serve` and `dyngen follow` processes and their children: end to end.
@@ -34,7 +35,7 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "dyngen.cli", *args], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO), **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_a_terminal_job)
 
 
 def wait_for_output(proc: subprocess.Popen[str], needle: str, timeout: float = 120) -> str:

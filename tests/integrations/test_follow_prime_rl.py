@@ -25,6 +25,7 @@ from dyngen.trainers.verifiers import task_data
 from tests.integrations.prime_rl_files import PrimeRLRun, episode
 from tests.integrations.test_follow import NAME, queued  # the verl follower's, reused
 from tests.rows import verl_rows
+from tests.support import as_a_terminal_job
 
 
 @pytest.fixture
@@ -88,7 +89,8 @@ def test_follow_takes_one_trainer_file(tmp_path: Path, store: Store) -> None:
                                   str(run.metrics)], capture_output=True, text=True, timeout=60)
     assert both.returncode != 0 and "expected one of --verl-metrics" in both.stderr + both.stdout
     proc = subprocess.Popen(base + ["--prime-rl-metrics", str(run.metrics)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=as_a_terminal_job)
     try:
         deadline = time.monotonic() + 60
         line = ""
