@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dyngen.store import VersionRecord
-from dyngen.trainers.spread import ZERO_SPREAD_SHARE
+from dyngen.trainers.spread import ZERO_SPREAD_SHARE, finite
 
 MAX_SERIES = 8  # metrics or state fields per chart: more would be unreadable
 
@@ -137,7 +137,7 @@ def round_point(rec: VersionRecord) -> RoundPoint | None:
     state = _mapping(generator.get("state"))
     step = trigger.get("step")
     rejected = {str(k): int(v) for k, v in _mapping(counts.get("rejected")).items()
-                if _is_number(v)}
+                if finite(v)}
     return RoundPoint(
         version=rec.version,
         step=step if isinstance(step, int) and not isinstance(step, bool) else None,
@@ -156,8 +156,8 @@ def solve_rate_point(stage: Any) -> SolveRatePoint | None:
     stage = _mapping(stage)
     samples, hist, keep = stage.get("samples"), stage.get("histogram"), stage.get("keep")
     if not (isinstance(samples, int) and samples >= 1 and isinstance(hist, list)
-            and len(hist) == samples + 1 and all(_is_number(h) for h in hist)
-            and isinstance(keep, list) and len(keep) == 2 and all(_is_number(k) for k in keep)):
+            and len(hist) == samples + 1 and all(finite(h) for h in hist)
+            and isinstance(keep, list) and len(keep) == 2 and all(finite(k) for k in keep)):
         return None
     step = stage.get("policy_step")
     return SolveRatePoint(samples, tuple(int(h) for h in hist), (float(keep[0]), float(keep[1])),
@@ -171,7 +171,7 @@ def numbers(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(numbers(value, f"{name}."))
-        elif _is_number(value):
+        elif finite(value):
             out[name] = float(value)
     return out
 
@@ -193,10 +193,5 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
 def _int(value: Any) -> int:
-    return int(value) if _is_number(value) else 0
+    return int(value) if finite(value) else 0

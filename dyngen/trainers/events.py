@@ -14,7 +14,6 @@ one the server cannot take waits in the local outbox (`dyngen.trainers.outbox`) 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import uuid
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from dyngen.trainers.outbox import (
     Outbox,
     Status,
 )
+from dyngen.trainers.spread import finite
 
 EVENT_NAME = "dyngen.batch.ended"
 RESOURCE_PREFIX = "dyngen.dataset."
@@ -63,8 +63,7 @@ def batch_end_payload(step: int, metrics: Mapping[str, float] | None = None,
                       previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The event payload: the round's trigger, with an event id to make it idempotent (and
     the batch end sent before it, when there is one)."""
-    clean = {str(k): float(v) for k, v in (metrics or {}).items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    clean = {str(k): float(v) for k, v in (metrics or {}).items() if finite(v)}
     if rollouts is not None and "://" not in str(rollouts):
         # The round runs in another folder (or process) than the trainer: send the path
         # absolute, as the trainer meant it.

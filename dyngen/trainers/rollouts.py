@@ -10,7 +10,6 @@ of one.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import uuid
@@ -26,6 +25,7 @@ from dyngen.store.backend import replace_durably
 from dyngen.store.location import local_folder_for
 from dyngen.store.names import validate_name
 from dyngen.text import question_of
+from dyngen.trainers.spread import finite
 
 ROLLOUTS_DIR = "rollouts"
 EVENT_NAMESPACE = uuid.UUID("6f1c1f0e-5d33-4c4e-9a55-0d7f3f1e2a10")
@@ -51,7 +51,7 @@ def safe_run_name(run: str) -> str:
 
 def rollout_record(prompt: Any, score: Any, ground_truth: Any = None) -> dict[str, Any] | None:
     """One rollouts line, or None when the score is not a finite number."""
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+    if not finite(score):
         return None
     truth = None if ground_truth is None else str(ground_truth)
     return {"prompt": prompt, "score": float(score), "ground_truth": truth}

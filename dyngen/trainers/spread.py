@@ -29,6 +29,12 @@ REWARD_SPREAD = "dyngen/reward_spread"
 SAME = 1e-8
 
 
+def finite(value: Any) -> bool:
+    """Whether `value` is a finite int or float (a bool is not a number here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
 def prompt_key(prompt: Any) -> str:
     """One key per prompt, whatever form it has (chat messages or text)."""
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
@@ -39,8 +45,7 @@ def grouped(samples: Iterable[tuple[Any, Any]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for prompt, reward in samples:
         scores = out.setdefault(prompt_key(prompt), [])
-        if not isinstance(reward, bool) and isinstance(reward, (int, float)) \
-                and math.isfinite(reward):
+        if finite(reward):
             scores.append(float(reward))
     return out
 

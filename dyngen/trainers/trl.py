@@ -44,7 +44,7 @@ from dyngen.trainers.rollouts import (
     write_rollouts,
 )
 from dyngen.trainers.row_stream import RowStream
-from dyngen.trainers.spread import ZERO_SPREAD_SHARE, grouped, spread_metrics
+from dyngen.trainers.spread import ZERO_SPREAD_SHARE, finite, grouped, spread_metrics
 
 logger = logging.getLogger(__name__)
 TRL_ZERO_STD = "frac_reward_zero_std"  # GRPOTrainer's share of prompts with one reward
@@ -87,8 +87,7 @@ class DyngenCallback(TrainerCallback):
         if self.run_id is None:  # on_log without on_train_begin (a caller of its own)
             self.run_id = _run_id(Path(args.output_dir), step, None)
         run = self.run_id
-        metrics = {k: float(v) for k, v in (logs or {}).items() if not isinstance(v, bool)
-                   and isinstance(v, (int, float)) and math.isfinite(v)}
+        metrics = {k: float(v) for k, v in (logs or {}).items() if finite(v)}
         rollouts = None
         try:
             scored = _scored_completions(self.trainer)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import time
 from collections import deque
@@ -40,7 +39,7 @@ from dyngen.trainers.rollouts import (
     rollouts_dir,
     write_rollouts,
 )
-from dyngen.trainers.spread import grouped, spread_metrics
+from dyngen.trainers.spread import finite, grouped, spread_metrics
 from dyngen.trainers.verl_files import (
     MetricsTail,
     StepMetrics,
@@ -69,8 +68,7 @@ def default_run_id(dataset: str, metrics_path: Path) -> str:
 
 def trigger_metrics(data: dict[str, Any], most: int = MAX_METRICS) -> dict[str, float]:
     """The step's finite numeric metrics, at most `most`, reward-like ones first."""
-    numeric = {str(k): float(v) for k, v in data.items() if not isinstance(v, bool)
-               and isinstance(v, (int, float)) and math.isfinite(v)}
+    numeric = {str(k): float(v) for k, v in data.items() if finite(v)}
     if len(numeric) <= most:
         return numeric
     ranked = sorted(numeric, key=lambda k: (not any(p in k for p in PREFERRED_METRICS), k))
@@ -89,10 +87,7 @@ def dump_spread(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str
 
 def _count(value: Any) -> int:
     """A logged count (verl logs floats), 0 when it is not one."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value < 0:
-        return 0
-    return int(value)
+    return int(value) if finite(value) and value >= 0 else 0
 
 
 @dataclass
