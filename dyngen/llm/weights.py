@@ -42,7 +42,6 @@ class Loaded:
     model: Any
     tokenizer: Any
     name: str  # the GGUF file's or the folder's name (a checkpoint: checkpoint-N)
-    source: Path  # the folder (or GGUF file) the weights were read from
     identity: tuple[Any, ...]  # what those files were when read (names, sizes, mtimes)
     policy_step: int | None  # the training step of a trainer's checkpoint, if it says
 
@@ -165,8 +164,8 @@ def _load(cfg: dict[str, Any], folder: Path, gguf: str | None,
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     if tokenizer.pad_token is None:  # rows are padded by hand, on the left
         tokenizer.pad_token = tokenizer.eos_token
-    return Loaded(model, tokenizer, gguf or folder.name, folder / gguf if gguf else folder,
-                  identity, None if gguf else policy_step(folder))
+    return Loaded(model, tokenizer, gguf or folder.name, identity,
+                  None if gguf else policy_step(folder))
 
 
 def _identity(target: Path) -> tuple[Any, ...]:
