@@ -8,12 +8,13 @@ latency of the steps no fault touched (median, p95) against the same run's steps
 did touch, and the recovery time after each fault (restart → the next version committed).
 
     python benchmarks/chaos.py [--steps 100] [--seed 7] [--pace 1.0] [--serve 4]
-        [--server 3] [--emitter 1]
+        [--server 3] [--emitter 1] [--keep FOLDER]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -33,11 +34,14 @@ def main() -> None:
     ap.add_argument("--serve", type=int, default=4)
     ap.add_argument("--server", type=int, default=3)
     ap.add_argument("--emitter", type=int, default=1)
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="run in this folder and keep it (the processes' logs, the store)")
     args = ap.parse_args()
     counts = {"serve": args.serve, "server": args.server, "emitter": args.emitter}
     print("faults:", ", ".join(f"{f.kind} at step {f.at_step} (down {f.down} s)"
                                for f in schedule(args.seed, args.steps, counts)), flush=True)
-    with tempfile.TemporaryDirectory(prefix="dyngen-chaos-") as tmp:
+    with (contextlib.nullcontext(str(args.keep)) if args.keep
+          else tempfile.TemporaryDirectory(prefix="dyngen-chaos-")) as tmp:
         started = time.monotonic()
         chaos = run_chaos(Path(tmp), args.seed, args.steps, counts, args.pace,
                           heal_seconds=600)

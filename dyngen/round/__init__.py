@@ -75,18 +75,27 @@ def committed_step(store: Store, dataset: str, step: int) -> VersionRecord | Non
     log is read from the head down only until a round of an earlier step: a new step costs
     a record or two, a step sent again as many as the rounds committed since.
     """
+    for found, record in stepped_rounds(store, dataset):
+        if found <= step:
+            return record if found == step else None
+    return None
+
+
+def last_step(store: Store, dataset: str) -> int | None:
+    """The training step of the dataset's latest round that has one."""
+    return next((step for step, _ in stepped_rounds(store, dataset)), None)
+
+
+def stepped_rounds(store: Store, dataset: str) -> Iterator[tuple[int, VersionRecord]]:
+    """(trigger step, record) of the dataset's rounds that have a step, newest first."""
     version = store.head_version(dataset)
     while version is not None and version > 0:
         record = store.record(dataset, version)
         trigger = record.lineage.get("trigger") if record.operation == "append" else None
         found = trigger.get("step") if isinstance(trigger, dict) else None
         if isinstance(found, int) and not isinstance(found, bool):
-            if found == step:
-                return record
-            if found < step:
-                return None
+            yield found, record
         version -= 1
-    return None
 
 
 # ---- stages ---------------------------------------------------------------------------

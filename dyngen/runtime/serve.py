@@ -9,12 +9,19 @@ Two ways to run each round, both a process of its own:
   (runtime/warm_runner.py); a round starts in tens of milliseconds.
 - "process": Prefect's runner (`prefect.serve`), a fresh interpreter per round, which
   imports everything again (1.5-2 s), and so picks up code changed since serving began.
+
+Either way, a batch end the server stored and made no run of (its trigger service was
+killed in between) is given its run (runtime/lost_runs.py).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 from omegaconf import DictConfig
 from prefect import serve
@@ -30,7 +37,9 @@ from dyngen.config.generator_choice import require_generator
 from dyngen.config.secrets import refuse_secrets
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
+from dyngen.runtime.lost_runs import SERVER_ERRORS, LostRuns
 from dyngen.runtime.warm_runner import WarmRunner
+from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
 from dyngen.trainers.events import (
     DATASET_LABEL,
@@ -95,19 +104,52 @@ def serve_rounds(dataset: str | None = None, config: dict[str, Any] | None = Non
     _once_reachable(refuse_to_replace_pool_deployment)
     require_generator(config, what="dyngen serve's config")
     deployment = round_deployment(dataset, config, every_n_batches)
+    cfg = load_config(base=config)
+
+    def lost_runs(deployment_id: UUID) -> LostRuns:
+        return LostRuns(deployment_id, dataset, config or {}, store_settings(cfg.store),
+                        every_n_batches)
+
     if isolation == "process":
         # Not paused on shutdown: events that arrive while nothing serves become scheduled
         # runs that wait for the next `dyngen serve`, instead of being refused.
-        serve(deployment, print_starting_message=True, pause_on_shutdown=False,
-              query_seconds=poll_seconds)
+        with _looking_for_lost_runs(lost_runs):
+            serve(deployment, print_starting_message=True, pause_on_shutdown=False,
+                  query_seconds=poll_seconds)
         return
-    cfg = load_config(base=config)
     if max_round_seconds is None:
         # Every generate attempt may use its whole timeout; the rest of a round is quick.
         max_round_seconds = (int(cfg.round.retries) + 1) * float(cfg.round.timeout_seconds) \
             + ROUND_MARGIN_SECONDS
     WarmRunner(generation_round, deployment, poll_seconds, max_round_seconds,
-               preload=_generator_module(cfg)).serve()
+               preload=_generator_module(cfg), lost_runs=lost_runs).serve()
+
+
+@contextmanager
+def _looking_for_lost_runs(lost_runs: Callable[[UUID], LostRuns]) -> Iterator[None]:
+    """Beside Prefect's runner, a thread making the runs of batch ends whose trigger was
+    lost (runtime/lost_runs.py), once the deployment is on the server."""
+    stopping = threading.Event()
+
+    def look() -> None:
+        name = f"{generation_round.name}/{DEPLOYMENT_NAME}"
+        with get_client(sync_client=True) as client:
+            while not stopping.wait(1.0):
+                try:
+                    deployment_id = client.read_deployment_by_name(name).id
+                    break
+                except (ObjectNotFound, *SERVER_ERRORS):
+                    continue
+            else:
+                return
+            lost_runs(deployment_id).watch(client, stopping)
+
+    thread = threading.Thread(target=look, name="dyngen-lost-runs", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stopping.set()
 
 
 def _once_reachable(call: Any) -> None:

@@ -14,7 +14,9 @@ Each run keeps its own process, so what happens to it cannot take the serve proc
   one ends them the same way (each run is labelled with the process answering for it);
 - a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL), its
   run TimedOut (Failed) and its slot released;
-- a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled.
+- a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled;
+- a batch end the server stored and made no run of (a server killed in between) is given
+  its run (runtime/lost_runs.py).
 Code is imported when serving starts: restart `dyngen serve` after changing it.
 """
 
@@ -32,7 +34,6 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
-import httpx
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
@@ -46,13 +47,15 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import State, StateType
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.deployments.runner import RunnerDeployment
-from prefect.exceptions import Abort, PrefectHTTPStatusError
+from prefect.exceptions import Abort
 from prefect.flows import Flow
 from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
 from dyngen.round.holders import holder_labels, holder_of, process_is_gone
 from dyngen.round.slot import end_dead_round, release_round_slot
+from dyngen.runtime.lost_runs import SERVER_ERRORS as _SERVER_ERRORS
+from dyngen.runtime.lost_runs import LostRuns
 
 logger = logging.getLogger("dyngen.serve")
 
@@ -66,7 +69,6 @@ KILL_GRACE_SECONDS = 10.0
 # What Prefect imports only once a flow runs: imported once in the fork server instead.
 RUN_MODULES = ("prefect.task_engine", "prefect.concurrency.sync",
                "prefect.utilities.visualization", "anyio._backends._asyncio")
-_SERVER_ERRORS = (httpx.HTTPError, PrefectHTTPStatusError, OSError)
 
 
 @dataclass
@@ -115,8 +117,10 @@ class WarmRunner:
 
     def __init__(self, flow: Flow[..., Any], deployment: RunnerDeployment,
                  poll_seconds: float = 0.2, max_round_seconds: float = 3600.0,
-                 preload: tuple[str, ...] = ()) -> None:
+                 preload: tuple[str, ...] = (),
+                 lost_runs: Callable[[UUID], LostRuns] | None = None) -> None:
         self.deployment = deployment
+        self.lost_runs = lost_runs  # makes the runs of batch ends whose trigger was lost
         # While our runs fill the deployment's concurrency limit, claiming another is
         # refused and re-queued for later (ENQUEUE): wait and claim it the moment one ends.
         limit = deployment.concurrency_limit
@@ -166,6 +170,7 @@ class WarmRunner:
 
     def _serve_runs(self, deployment_id: UUID) -> None:
         next_ready = 0.0
+        lost = self.lost_runs(deployment_id) if self.lost_runs is not None else None
         with get_client(sync_client=True) as client:
             while not self.stopping.is_set():
                 try:
@@ -174,6 +179,8 @@ class WarmRunner:
                                                                        limit=1)
                         self._end_orphans(client, deployment_id)
                         next_ready = time.monotonic() + READY_SECONDS
+                    if lost is not None:
+                        lost.check_now(client)  # once in a while
                     running = self._watch_children(client)
                     self._start_due_runs(client, deployment_id,
                                          None if self.limit is None else self.limit - running)

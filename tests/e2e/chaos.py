@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dyngen.generators.arithmetic import arithmetic_task
+from dyngen.round import stepped_rounds
 from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation
 from dyngen.store import Store, verify
 from dyngen.trainers.events import trigger_name
@@ -197,9 +198,11 @@ class Chaos:
 
     def committed_steps(self) -> list[tuple[int, int]]:
         """(trigger step, version) of every round's version, in version order."""
-        return [(rec.lineage["trigger"]["step"], rec.version)
-                for rec in Store(self.store.root).history(DATASET)[1:]
-                if (rec.lineage.get("trigger") or {}).get("step") is not None]
+        return [(step, rec.version) for step, rec in reversed(self._rounds())]
+
+    def _rounds(self) -> list[tuple[int, Any]]:
+        """(trigger step, record) of the rounds' versions, newest first (not compactions)."""
+        return list(stepped_rounds(Store(self.store.root), DATASET))
 
     def tail(self, name: str, chars: int = 4000) -> str:
         path = self.folder / name
@@ -235,8 +238,7 @@ class Chaos:
         the same step that committed the step's version."""
         from prefect.client.orchestration import get_client
 
-        versions = {rec.lineage["trigger"]["step"]: rec
-                    for rec in Store(self.store.root).history(DATASET)[1:]}
+        versions = dict(self._rounds())
         found = []
         with self.server.client_settings(), get_client(sync_client=True) as client:
             runs = _all_runs(client)
@@ -292,8 +294,7 @@ class Chaos:
         return [commits[s] - first_emit[s] for s in sorted(touched) if s in commits]
 
     def _timings(self) -> tuple[dict[int, float], dict[int, float], set[int]]:
-        commits = {rec.lineage["trigger"]["step"]: _epoch(rec.created_at)
-                   for rec in Store(self.store.root).history(DATASET)[1:]}
+        commits = {step: _epoch(rec.created_at) for step, rec in self._rounds()}
         first_emit: dict[int, float] = {}
         for emit in self.emits():
             first_emit.setdefault(emit["step"], emit["at"])
