@@ -76,7 +76,7 @@ class LostRuns:
     threshold: int = 1
     _next: float = 0.0
     _looked: bool = False
-    made: list[str] = field(default_factory=list)  # event ids this process made runs of
+    made: set[str] = field(default_factory=set)  # event ids this process looked at
 
     def check_now(self, client: SyncPrefectClient) -> int:
         """Look, once `CHECK_SECONDS` have passed since the last look; runs made."""
@@ -160,7 +160,7 @@ class LostRuns:
                     ids.add(str(run.labels[RECOVERED_LABEL]))
             if len(runs) < RUNS_PAGE:
                 break
-        return ids | set(self.made)
+        return ids | self.made
 
     def _still_due(self, store: Store, event: Any) -> bool:
         """Whether the batch end's round is still to run: its dataset is in the store, was
@@ -184,13 +184,24 @@ class LostRuns:
         event_id = _event_id(event)
         if not isinstance(trigger, dict) or event_id is None:
             return False
-        run = client.create_flow_run_from_deployment(
-            self.deployment_id,
-            parameters={"dataset": _dataset(event), "trigger": dict(trigger),
-                        "config": dict(self.config)},
-            idempotency_key=f"dyngen-lost-run:{event_id}",
-            labels={RECOVERED_LABEL: event_id})
-        self.made.append(event_id)
+        self.made.add(event_id)  # made, or refused: looked at once
+        try:
+            run = client.create_flow_run_from_deployment(
+                self.deployment_id,
+                parameters={"dataset": _dataset(event), "trigger": dict(trigger),
+                            "config": dict(self.config)},
+                idempotency_key=f"dyngen-lost-run:{event_id}",
+                labels={RECOVERED_LABEL: event_id})
+        except PrefectHTTPStatusError as exc:
+            if _server_away(exc):
+                self.made.discard(event_id)
+                raise
+            # Refused as the trigger's own run was (its parameters too large, or not of the
+            # flow's schema): the server's answer says why; nothing to make.
+            logger.warning("the batch end of dataset %r step %s (event %s) has no run, and "
+                           "the server refuses one: %s", _dataset(event), _step(event),
+                           event_id, exc.response.text[:300])
+            return False
         logger.warning(
             "the batch end of dataset %r step %s (event %s) reached the Prefect server at %s "
             "and has no run %.0f s later (its trigger service lost it in a restart, or is that "

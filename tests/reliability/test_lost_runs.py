@@ -83,11 +83,14 @@ def test_serve_makes_the_runs_of_stored_batch_ends_that_have_none_once_each(
                  lineage={"trigger": {"event_id": "committed", "step": 2}})
     sent = {step: send_batch_end(DATASET, step, {"score": 0.5}).event_id
             for step in (1, 2, 3, 4)}
+    # One whose run the server refuses, as it refused the trigger's (parameters over 512 KB).
+    huge = send_batch_end(DATASET, 5, {f"m{i:06d}": 0.5 for i in range(50_000)}).event_id
     assert all(s for s in sent.values())
     with get_client(sync_client=True) as client:
-        _stored(client, {earlier, *sent.values()})
+        _stored(client, {earlier, huge, *sent.values()})
         look = LostRuns(deployment_id, DATASET, config, store_settings(config["store"]))
-        assert look.recover(client) == 2  # steps 3 and 4: 1 is behind step 2, 2 committed
+        # Steps 3 and 4: 1 is behind step 2, 2 is committed, 5's run is refused.
+        assert look.recover(client) == 2
         runs = client.read_flow_runs(deployment_filter=DeploymentFilter(
             id=DeploymentFilterId(any_=[deployment_id])))
         by_step = {run.parameters["trigger"]["step"]: run for run in runs}
