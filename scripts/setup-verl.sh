@@ -4,16 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV=.venv-verl
-pip_install() { "$VENV/bin/python" -m pip install --quiet "$@"; }
-# An editable install writes dyngen.egg-info/ into this checkout: one at a time (CI sets up
-# several environments at once).
-editable_install() {
-    mkdir -p .dyngen
-    flock .dyngen/editable-install.lock "$VENV/bin/python" -m pip install --quiet -e "$@"
-}
-
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-pip_install --upgrade pip
+source scripts/install.sh
 # torch first and pinned: 2.13.0 is the CPU build that lies on this machine's disk (pip's
 # find-links). Plain `torch`, an open range, or a package that pulls torch in before it is
 # installed downloads a multi-GB CUDA build instead.

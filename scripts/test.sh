@@ -43,6 +43,8 @@ site=$(mktemp -d)
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true \
     .venv/bin/mkdocs build --strict --quiet --site-dir "$site"
 rm -rf "$site"
-# Both cores: one pytest worker each (its own Prefect home and test server); the end-to-end
-# tests (tests/e2e, and any marked e2e) go to one worker in turn, as one group.
-exec .venv/bin/python -m pytest -n "${DYNGEN_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# Both cores: one pytest worker each (its own Prefect home and test server), handed whole
+# work units, the longest first (tests/conftest.py): the end-to-end tests one after another
+# on one worker, the model's tests on one, every other module as a whole.
+exec .venv/bin/python -m pytest -n "${DYNGEN_TEST_WORKERS:-2}" --dist loadgroup \
+    --no-loadscope-reorder "$@"

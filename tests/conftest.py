@@ -66,16 +66,46 @@ def prefect_server() -> Iterator[None]:
         yield
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """The end-to-end tests (tests/e2e/ and any marked `e2e`) in one xdist group: under
-    `--dist loadgroup` one worker runs them one after another (each starts servers and
-    workers of its own) while the other workers take the rest. Marked as each is
-    collected: xdist reads the groups in its own pytest_collection_modifyitems, which runs
-    before a conftest's."""
-    if Path(__file__).parent / "e2e" in Path(str(item.fspath)).parents:
-        item.add_marker(pytest.mark.e2e)
+TESTS = Path(__file__).parent
+# Work units for the pytest-xdist workers (scripts/test.sh: --dist loadgroup), started in
+# this order, the longest first: the end-to-end tests, one after another on one worker (each
+# starts servers and workers of its own); the tests of the in-process SmolLM2 model, and
+# those of the one llama.cpp server (tests/llm's session fixture), each on one worker; then
+# every other module as a whole, so a module's fixtures run once, not once per worker.
+FIRST_GROUPS = ("e2e", "smollm", "llm", "tests/reliability", "tests/flows")
+SMOLLM = {TESTS / "generators" / "test_proposer.py", TESTS / "generators" / "test_code_tasks.py"}
+
+
+def work_unit(item: pytest.Item) -> str:
+    """The xdist group `item` runs in (see FIRST_GROUPS)."""
+    path = Path(str(item.fspath))
     if item.get_closest_marker("e2e") is not None:
-        item.add_marker(pytest.mark.xdist_group("e2e"))
+        return "e2e"
+    if path in SMOLLM:
+        return "smollm"
+    if TESTS / "llm" in path.parents:
+        return "llm"
+    return path.relative_to(TESTS.parent).as_posix()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each test in its work unit (tests/e2e/ and any marked `e2e` are end-to-end). Marked as
+    each is collected: xdist reads the groups in its own pytest_collection_modifyitems,
+    which runs before a conftest's."""
+    if TESTS / "e2e" in Path(str(item.fspath)).parents:
+        item.add_marker(pytest.mark.e2e)
+    item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long work units first (xdist hands units out in this order, given
+    --no-loadscope-reorder): the last ones to finish are then short."""
+    def rank(item: pytest.Item) -> int:
+        unit = work_unit(item)
+        return next((i for i, first in enumerate(FIRST_GROUPS)
+                     if unit == first or unit.startswith(first + "/")), len(FIRST_GROUPS))
+
+    items.sort(key=rank)  # stable: each unit keeps its tests' order
 
 
 # verl is optional: tests/verl runs in .venv-verl (scripts/test-verl.sh), never skipped.

@@ -21,8 +21,8 @@ from tests.e2e.conftest import DYNGEN, PREFECT, REPO, env_for, seeded
 from tests.e2e.test_triggered_rounds import finished_runs, wait_for_versions
 
 DATASET = "in-step-order"
-BURSTS = [(2, 3, 4), (5, 6, 7), (8, 9, 10)]
-LATE = 11  # then 12, whose batch end the server gets first
+BURSTS = [(2, 3, 4), (5, 6, 7)]
+LATE = 8  # then 9, whose batch end the server gets first
 # Imported by mistake, these fail the round that imported them.
 USER_MODULE = "raise ImportError('dyngen imported the user\\'s own {name}')\n"
 

@@ -265,15 +265,14 @@ def test_a_round_commits_the_proposals_with_provenance_and_lineage(
            "data": {"filter_overlong_prompts": False,
                     "datagen": {"path": "pkg://dyngen.generators.proposer",
                                 "name": "ProposerGenerator",
-                                "cache_dir": CACHE, "seed": 3,
-                                "proposals_per_seed": 3}},
+                                "cache_dir": CACHE, "seed": 3, **FAST}},
            "round": {"retries": 0, "rollouts_dirs": [str(rollouts.parent)]}}
     trigger = {"event_id": "batch-41", "step": 41, "metrics": {"score/mean": 0.2},
                "rollouts": str(rollouts)}
     result = generation_round("gsm", cfg, trigger)
     assert result["created"] and result["version"] == 1
     counts = result["counts"]
-    assert counts["kept"] >= 8, counts
+    assert counts["kept"] >= 1, counts  # (eight hard seeds' eight new tasks: the test above)
 
     added = store.load("gsm").select(range(len(task_dataset()), result["rows"]))
     assert len(added) == counts["kept"]

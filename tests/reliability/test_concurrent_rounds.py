@@ -25,11 +25,11 @@ from tests.rows import verl_rows
 pytestmark = [pytest.mark.usefixtures("prefect_server"), pytest.mark.e2e]
 
 PROCESSES = 4
-ROUNDS_EACH = 5
+ROUNDS_EACH = 3
 DATASET = "race"
 
 
-def test_four_processes_times_five_rounds_give_twenty_contiguous_versions(tmp_path) -> None:
+def test_four_processes_times_three_rounds_give_twelve_contiguous_versions(tmp_path) -> None:
     store = Store(tmp_path / "store")
     store.create(DATASET, verl_rows(4))
 

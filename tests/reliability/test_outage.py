@@ -29,9 +29,10 @@ CALL_SECONDS = 3.0  # the most a training step may wait for an emit
 OUTAGE_SECONDS = 6.0
 
 
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[LocalServer]:
-    srv = LocalServer(tmp_path / "prefect").start()
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    """A server of this module's own, which its tests stop and start (each leaves it up)."""
+    srv = LocalServer(tmp_path_factory.mktemp("prefect")).start()
     yield srv
     srv.stop()
 
