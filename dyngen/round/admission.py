@@ -76,7 +76,8 @@ def admitted(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
             require_generator(config, overrides, what="this deployment's parameters")
         check_before_start(cfg)
     # Before the dataset's slot, which the earlier rounds it waits for need.
-    order = keep_step_order(dataset, trig, float(cfg.round.order_wait_seconds))
+    order = keep_step_order(dataset, trig, float(cfg.round.order_wait_seconds),
+                            store_root=str(cfg.store.root))
     with dataset_slot(dataset):
         where = store_settings(cfg.store)
         store = Store.from_config(where)

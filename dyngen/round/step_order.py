@@ -25,6 +25,7 @@ its first wait, a round goes on anyway, and says so in its log and its lineage.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -97,10 +98,13 @@ class StepOrder:
                 "went_ahead_of": self.went_ahead_of}
 
 
-def keep_step_order(dataset: str, trigger: Trigger, bound_seconds: float) -> StepOrder:
+def keep_step_order(dataset: str, trigger: Trigger, bound_seconds: float,
+                    store_root: str | None = None) -> StepOrder:
     """Wait (at most `bound_seconds` from this run's first wait) for the dataset's rounds of
     earlier steps that have not ended, and for the previous batch end's run to exist; give
-    this run's place back to one not started (or not created) yet."""
+    this run's place back to one not started (or not created) yet. A round of a dataset of
+    the same name in another store (`store_root`, where both runs name theirs) is not one
+    of them."""
     context = FlowRunContext.get()
     me = context.flow_run if context is not None else None  # as the engine read it: no call
     step = trigger.step
@@ -117,7 +121,7 @@ def keep_step_order(dataset: str, trigger: Trigger, bound_seconds: float) -> Ste
             # other way round, a run created in between would be seen by neither.
             if awaited is not None and _run_of(client, me, awaited):
                 awaited = None  # it exists: from now on it is one of the earlier runs
-            earlier = _earlier_runs(client, me, dataset, step)
+            earlier = _earlier_runs(client, me, dataset, step, store_root)
             if not earlier and awaited is None:
                 break
             now = time.time()
@@ -237,8 +241,9 @@ def _run_of(client: SyncPrefectClient, me: FlowRun, previous: PreviousEvent) -> 
 
 
 def _earlier_runs(client: SyncPrefectClient, me: FlowRun, dataset: str,
-                  step: int) -> list[FlowRun]:
-    """The flow's runs of `dataset` with a lower trigger step that have not ended."""
+                  step: int, store_root: str | None = None) -> list[FlowRun]:
+    """The flow's runs of `dataset` (in this store) with a lower trigger step that have not
+    ended."""
     runs = client.read_flow_runs(
         flow_filter=FlowFilter(id=FlowFilterId(any_=[me.flow_id])),
         flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
@@ -248,7 +253,8 @@ def _earlier_runs(client: SyncPrefectClient, me: FlowRun, dataset: str,
     for run in runs:
         other = _step(run)
         if run.id == me.id or other is None or other >= step or \
-                (run.parameters or {}).get("dataset") != dataset:
+                (run.parameters or {}).get("dataset") != dataset or \
+                not _same_store(_store_root(run), store_root):
             continue
         if _died_here(client, run, dataset):
             continue
@@ -300,6 +306,28 @@ def _step(run: FlowRun) -> int | None:
     trigger = (run.parameters or {}).get("trigger")
     step = trigger.get("step") if isinstance(trigger, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _store_root(run: FlowRun) -> str | None:
+    """The store root a run's parameters name, if they do."""
+    config = (run.parameters or {}).get("config")
+    store = config.get("store") if isinstance(config, dict) else None
+    root = store.get("root") if isinstance(store, dict) else None
+    return root if isinstance(root, str) else None
+
+
+def _same_store(a: str | None, b: str | None) -> bool:
+    """Whether two store roots may be one store: unless both are absolute (a path or a URL)
+    and differ (a relative one, or one not named, may be either)."""
+    def absolute(root: str | None) -> str | None:
+        if root is None:
+            return None
+        if "://" in root:
+            return root.rstrip("/")
+        return os.path.normpath(root) if os.path.isabs(root) else None
+
+    first, second = absolute(a), absolute(b)
+    return first is None or second is None or first == second
 
 
 def _event_id(run: FlowRun) -> str | None:

@@ -32,6 +32,15 @@ from tests.filters.contract import FilterContract
 from tests.rows import verl_row
 
 MINILM = VecKind(VectorSettings("minilm"))
+
+
+@pytest.fixture(autouse=True)
+def nothing_embedded_lately() -> None:
+    """Each test's texts embedded anew: the process's one embedder remembers the texts it
+    embedded lately, other modules' (tests/flows/test_semantic_round.py's, the same) too."""
+    embedder(MINILM.settings)._memo.clear()
+
+
 STORED = ["Tom has 3 apples and buys 4 more apples at the market. How many apples does Tom "
           "have now?",
           "A rectangle has a length of 8 centimeters and a width of 5 centimeters. What is "

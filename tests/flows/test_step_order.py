@@ -107,6 +107,25 @@ def test_a_round_goes_on_after_the_bound_and_says_so_in_its_log_and_lineage(
                and "round.order_wait_seconds=1.5" in line for line in said), said
 
 
+def test_an_unended_round_of_a_same_named_dataset_in_another_store_is_not_waited_for(
+        tmp_path: Path, deployment: UUID) -> None:
+    """Two stores on one server may hold datasets of one name (a staging store beside the
+    production one, or a test beside another): their steps are not one sequence."""
+    store = Store(tmp_path / "store")
+    store.create("twin", verl_rows(4))
+    create_run(deployment, params(tmp_path / "elsewhere", "twin", 1))  # never runs
+    later = params(tmp_path, "twin", 2, order_wait_seconds=60)
+    started = time.monotonic()
+    assert run_round("twin", config=later["config"], trigger=later["trigger"])["created"]
+    assert "step_order" not in store.history("twin")[-1].lineage
+    assert time.monotonic() - started < 30
+    # The same store's unended round of an earlier step is waited for, to the bound.
+    create_run(deployment, params(tmp_path, "twin", 3))  # never runs
+    bounded = params(tmp_path, "twin", 4, order_wait_seconds=1.5)
+    run_round("twin", config=bounded["config"], trigger=bounded["trigger"])
+    assert store.history("twin")[-1].lineage["step_order"]["went_ahead_of"] == [3]
+
+
 def test_a_later_step_does_not_wait_when_order_wait_seconds_is_zero(
         tmp_path: Path, deployment: UUID) -> None:
     store = Store(tmp_path / "store")
