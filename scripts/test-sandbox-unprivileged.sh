@@ -24,4 +24,5 @@ chown "$user" "$copy/home"
 cd "$copy"
 exec runuser -u "$user" -- env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$copy/home" \
     PYTHONPATH="$copy" PYTHONDONTWRITEBYTECODE=1 \
-    /usr/bin/python3 -m pytest -q -p no:cacheprovider --rootdir "$copy" tests/sandbox "$@"
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider --timeout 300 --rootdir "$copy" \
+    tests/sandbox "$@"

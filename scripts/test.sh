@@ -16,10 +16,12 @@ if ! compgen -G "/usr/lib/*/libseccomp.so.2" >/dev/null \
         && ! compgen -G "/lib/*/libseccomp.so.2" >/dev/null; then
     missing+=(libseccomp2)  # the sandbox's seccomp filter (PyPI pyseccomp binds it)
 fi
-if [ "$(id -u)" = 0 ] && ! /usr/bin/python3 -c "import pytest, seccomp" 2>/dev/null; then
+if [ "$(id -u)" = 0 ] && ! /usr/bin/python3 -c "import pytest, pytest_timeout, seccomp" \
+        2>/dev/null; then
     # tests/sandbox as an unprivileged user, below, with the system's python3 (and
-    # libseccomp's own bindings, for a worker started by that python3 without pyseccomp)
-    missing+=(python3 python3-pytest python3-seccomp)
+    # libseccomp's own bindings, for a worker started by that python3 without pyseccomp),
+    # each test under a time limit as in the main suite
+    missing+=(python3 python3-pytest python3-pytest-timeout python3-seccomp)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
