@@ -8,4 +8,6 @@ if [ "${1:-}" = "--no-setup" ]; then
 else
     bash scripts/setup-verl.sh
 fi
+# The code reward's test runs programs in the sandbox (bubblewrap).
+bash scripts/system-packages.sh --sandbox
 exec .venv-verl/bin/python -m pytest tests/verl -q "$@"
