@@ -2,13 +2,13 @@
 # Serve the documentation site on 127.0.0.1 (default port 8000), rebuilt on every edit.
 #   bash scripts/docs.sh              http://127.0.0.1:8000
 #   bash scripts/docs.sh 8123         another port
-# Installs the docs extra into $VENV (default .venv) first if mkdocs is not there.
+# Installs dyngen and the docs extra into $VENV (default .venv) first if mkdocs is not there
+# (scripts/setup.sh --docs: at the lock's versions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${VENV:-.venv}"
+export VENV="${VENV:-.venv}"
 if [ ! -x "$VENV/bin/mkdocs" ]; then
-    bash scripts/setup.sh --base
-    "$VENV/bin/python" -m pip install --quiet -e ".[docs]"
+    bash scripts/setup.sh --docs
 fi
 # Material and a plugin print a banner about MkDocs 2.0 on every build; the docs extra
 # keeps MkDocs below 2.

