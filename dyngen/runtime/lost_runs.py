@@ -13,12 +13,22 @@ Only where a run of that batch end is still due: the trigger makes a run of ever
 end (threshold 1), the event came after the deployment and its dataset were created, and
 the dataset has committed neither its step nor a later one. A run made here and one the
 trigger made late would both be rounds of one batch end; the round's idempotency commits
-it once.
+it once. So the grace counts from when the server received the batch end (when its trigger
+service sees it), not from when the trainer says it happened: a backlog the trainer's outbox
+delivers after an outage, or a trainer's clock behind the server's, is old by `occurred` and
+new to the trigger. And the runs are read newest first, as the batch ends are: a look whose
+page budget runs out leaves alone the batch ends received before the oldest run it read
+(their runs may be among those it did not read).
+
+A batch end whose trigger is larger than a round takes (`MAX_TRIGGER_BYTES`; the trainer
+sent thousands of metrics) is given no run: the round would refuse it at once, and over the
+Prefect server's parameter limit the server refuses the run (as it refused the trigger's).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -47,6 +57,7 @@ from prefect.events.filters import (
 from prefect.exceptions import PrefectHTTPStatusError
 
 from dyngen.round import last_step
+from dyngen.round.context import MAX_METRICS, MAX_TRIGGER_BYTES
 from dyngen.store import Store
 from dyngen.trainers.events import DATASET_LABEL, EVENT_NAME, RESOURCE_PREFIX, resource_id
 
@@ -101,20 +112,24 @@ class LostRuns:
             with contextlib.suppress(*SERVER_ERRORS):
                 self.check_now(client)
 
-    def recover(self, client: SyncPrefectClient) -> int:
-        """Make a run of each batch end still due that has none; how many were made."""
-        now = datetime.now(timezone.utc)
+    def recover(self, client: SyncPrefectClient, now: datetime | None = None) -> int:
+        """Make a run of each batch end still due that has none; how many were made. `now`:
+        the time of the look (default: this process's clock)."""
+        now = now or datetime.now(timezone.utc)
         created = client.read_deployment(self.deployment_id).created
         lookback = LOOKBACK_SECONDS if self._looked else FIRST_LOOKBACK_SECONDS
         since = max(now - timedelta(seconds=lookback), created or now)
         until = now - timedelta(seconds=GRACE_SECONDS)
         if since >= until:
             return 0
-        events = self._batch_ends(client, since, until)
+        # Old enough by the server's clock too: received, not only sent, GRACE_SECONDS ago.
+        events = [e for e in self._batch_ends(client, since, until) if _received(e) <= until]
         if not events:
             return 0
-        with_runs = self._event_ids_with_runs(client, since)
-        lost = [e for e in events if _event_id(e) and _event_id(e) not in with_runs]
+        runs_since = min([since, *(_received(e) for e in events)])
+        with_runs, read_from = self._event_ids_with_runs(client, runs_since)
+        lost = [e for e in events if _event_id(e) and _event_id(e) not in with_runs
+                and (read_from is None or _received(e) >= read_from)]
         if not lost:
             return 0
         store = Store.from_config(dict(self.store))
@@ -140,17 +155,22 @@ class LostRuns:
             events += page.events
         return events
 
-    def _event_ids_with_runs(self, client: SyncPrefectClient, since: datetime) -> set[str]:
+    def _event_ids_with_runs(self, client: SyncPrefectClient,
+                             since: datetime) -> tuple[set[str], datetime | None]:
         """The event ids of the deployment's runs due since a little before `since` (a run
-        is due when its trigger made it, or later: put back, or waiting for a retry)."""
+        is due when its trigger made it, or later: put back, or waiting for a retry), newest
+        first; and, when the page budget ran out before the oldest, the expected start of the
+        oldest run read (a batch end received before it may have its run among those unread).
+        """
         runs_of = FlowRunFilter(expected_start_time=FlowRunFilterExpectedStartTime(
             after_=since - timedelta(seconds=GRACE_SECONDS)))
         ids: set[str] = set()
+        oldest: datetime | None = None
         for page in range(RUN_PAGES):
             runs = client.read_flow_runs(
                 deployment_filter=DeploymentFilter(
                     id=DeploymentFilterId(any_=[self.deployment_id])),
-                flow_run_filter=runs_of, sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+                flow_run_filter=runs_of, sort=FlowRunSort.EXPECTED_START_TIME_DESC,
                 limit=RUNS_PAGE, offset=page * RUNS_PAGE)
             for run in runs:
                 trigger = (run.parameters or {}).get("trigger")
@@ -158,9 +178,11 @@ class LostRuns:
                     ids.add(str(trigger["event_id"]))
                 if run.labels and run.labels.get(RECOVERED_LABEL):
                     ids.add(str(run.labels[RECOVERED_LABEL]))
+                if run.expected_start_time is not None:
+                    oldest = min(oldest or run.expected_start_time, run.expected_start_time)
             if len(runs) < RUNS_PAGE:
-                break
-        return ids | self.made
+                return ids | self.made, None
+        return ids | self.made, oldest
 
     def _still_due(self, store: Store, event: Any) -> bool:
         """Whether the batch end's round is still to run: its dataset is in the store, was
@@ -185,11 +207,17 @@ class LostRuns:
         if not isinstance(trigger, dict) or event_id is None:
             return False
         self.made.add(event_id)  # made, or refused: looked at once
+        parameters = {"dataset": _dataset(event), "trigger": dict(trigger),
+                      "config": dict(self.config)}
+        too_large = _too_large(parameters)
+        if too_large:
+            logger.warning("the batch end of dataset %r step %s (event %s) has no run, and none "
+                           "is made of it: %s", _dataset(event), _step(event), event_id,
+                           too_large)
+            return False
         try:
             run = client.create_flow_run_from_deployment(
-                self.deployment_id,
-                parameters={"dataset": _dataset(event), "trigger": dict(trigger),
-                            "config": dict(self.config)},
+                self.deployment_id, parameters=parameters,
                 idempotency_key=f"dyngen-lost-run:{event_id}",
                 labels={RECOVERED_LABEL: event_id})
         except PrefectHTTPStatusError as exc:
@@ -216,6 +244,37 @@ def _server_away(exc: BaseException) -> bool:
     if isinstance(exc, PrefectHTTPStatusError):
         return exc.response.status_code >= 500
     return isinstance(exc, SERVER_ERRORS)
+
+
+def _too_large(parameters: Mapping[str, Any]) -> str | None:
+    """Why a run of these parameters cannot be a round (its trigger larger than a round takes,
+    or the whole over the Prefect server's limit), or None."""
+    from prefect.settings import get_current_settings
+
+    trigger = parameters["trigger"]
+    size = len(json.dumps(trigger, default=str))  # as the round measures it
+    metrics = trigger.get("metrics")
+    found = (f"{len(metrics):,} metrics" if isinstance(metrics, Mapping)
+             else f"fields {sorted(map(str, trigger))}")
+    fix = ("Send at most a few numbers as a batch end's metrics and rollouts as a file path "
+           "(dyngen.trainers.events.emit_batch_end); this batch end's round is not run.")
+    if size > MAX_TRIGGER_BYTES:
+        return (f"its trigger is {size:,} bytes as JSON ({found}), and a round takes a trigger "
+                f"of at most {MAX_TRIGGER_BYTES:,} bytes (at most {MAX_METRICS} metrics) and "
+                f"refuses a larger one. {fix}")
+    limit = get_current_settings().server.api.max_parameter_size
+    total = len(json.dumps(parameters, separators=(",", ":"), default=str).encode())
+    if 0 < limit < total:
+        return (f"its run's parameters (the dataset, the trigger and the round's config) are "
+                f"{total:,} bytes as JSON, and the Prefect server takes at most {limit:,} "
+                f"(PREFECT_SERVER_API_MAX_PARAMETER_SIZE). Make the round's config smaller (a "
+                f"large value as a file path), or raise the server's limit.")
+    return None
+
+
+def _received(event: Any) -> datetime:
+    """When the server received the event (when its trigger service could first see it)."""
+    return getattr(event, "received", None) or event.occurred
 
 
 def _event_id(event: Any) -> str | None:
