@@ -33,6 +33,8 @@ from dyngen.trainers.events import send_batch_end, trigger_name
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 DATASET = "lost"
+# The trigger of the run the fixture plants as another module's leftover (dataset "ds").
+LEFT_EVENT = str(uuid.uuid4())
 
 
 @pytest.fixture
@@ -54,15 +56,23 @@ def served(tmp_path: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
         (automation,) = client.read_automations_by_name(trigger_name(DATASET))
         assert not automation.enabled
         left = client.create_flow_run_from_deployment(deployment_id, parameters={
-            "dataset": "ds", "trigger": {"event_id": str(uuid.uuid4()), "step": 1},
-            "config": {}})
+            "dataset": "ds", "trigger": {"event_id": LEFT_EVENT, "step": 1}, "config": {}})
         client.set_flow_run_state(left.id, Crashed(), force=True)
     try:
         yield deployment_id, config
     finally:
+        # Only this module's runs: a run another module left may hold its dataset's round
+        # slot, and deleting it would hide the slot's holder.
         with get_client(sync_client=True) as client:
-            for run in _runs_of(client, deployment_id, dataset=None):
+            for run in [*_runs_of(client, deployment_id), _left_run(client, deployment_id)]:
                 client.delete_flow_run(run.id)
+
+
+def _left_run(client: Any, deployment_id: Any) -> Any:
+    """The run the fixture planted as another module's leftover."""
+    (run,) = [r for r in _runs_of(client, deployment_id, dataset="ds")
+              if (r.parameters.get("trigger") or {}).get("event_id") == LEFT_EVENT]
+    return run
 
 
 def _runs_of(client: Any, deployment_id: Any, dataset: str | None = DATASET) -> list[Any]:
@@ -142,8 +152,7 @@ def test_serve_makes_the_runs_of_stored_batch_ends_that_have_none_once_each(
         assert _lost_runs(deployment_id, config).recover(client) == 0
         assert len(_runs_of(client, deployment_id)) == 2
         # The run another module left is neither counted nor touched.
-        (left,) = _runs_of(client, deployment_id, dataset="ds")
-        assert left.state.is_crashed()
+        assert _left_run(client, deployment_id).state.is_crashed()
 
 
 def test_a_batch_end_received_late_has_its_grace_from_when_the_server_received_it(
