@@ -82,6 +82,44 @@ class CorruptionError(StoreError):
     """A version record or shard on disk is damaged, missing or out of bounds."""
 
 
+class BatchEndError(StoreError, ValueError):
+    """A batch end (or a key naming one) is malformed: its run id, step, metrics or rollouts."""
+
+
+class CoverageError(StoreError):
+    """A version cannot cover the batch ends it names; nothing was committed."""
+
+
+class AlreadyCoveredError(CoverageError):
+    """Some batch ends a commit covers are covered by a version committed meanwhile."""
+
+    def __init__(self, dataset: str, version: int | None, entries: tuple[tuple[str, int], ...],
+                 head: int) -> None:
+        self.dataset, self.version, self.entries, self.head = dataset, version, entries, head
+        shown = ", ".join(describe_batch_end(k) for k in entries[:5])
+        shown += " …" if len(entries) > 5 else ""
+        by = f"version {version}" if version is not None else f"a version up to {head}"
+        super().__init__(
+            f"dataset {dataset!r}: {len(entries)} of the batch ends this commit covers "
+            f"({shown}) are already covered, by {by} (head {head}); expected none covered. "
+            "Nothing was committed and this commit's shards were removed: a round that "
+            "finds its batch ends covered is done; to run for what is still pending, read "
+            "Store.pending again and start a new round.")
+
+
+class CoverageOrderError(CoverageError, ValueError):
+    """A version would cover a run's step while an earlier step of the run stays pending."""
+
+
+class NotInInboxError(CoverageError, LookupError):
+    """A version would cover a batch end the dataset's inbox does not hold."""
+
+
+def describe_batch_end(key: tuple[str, int]) -> str:
+    """A batch end's key for messages: `run 'a' step 3`."""
+    return f"run {key[0][:80]!r} step {key[1]}"
+
+
 class MirrorError(DyngenError):
     """A mirror of a dataset in another format (Delta Lake) cannot be written or continued."""
 

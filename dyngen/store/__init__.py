@@ -13,9 +13,16 @@ TYPE_CHECKING = False
 # Public name -> the module that defines it.
 _public_api: dict[str, str] = {
     "PROVENANCE_COLUMNS": "dyngen.store.shards",
+    "AlreadyCoveredError": "dyngen.errors",
+    "BatchEnd": "dyngen.store.inbox",
+    "BatchEndError": "dyngen.errors",
     "CompactionPolicy": "dyngen.store.compaction",
+    "CoverageError": "dyngen.errors",
+    "CoverageOrderError": "dyngen.errors",
+    "Covered": "dyngen.store.covered",
     "LogEntry": "dyngen.store.records",
     "LogState": "dyngen.store.state",
+    "NotInInboxError": "dyngen.errors",
     "PendingCommit": "dyngen.store.records",
     "Problem": "dyngen.store.maintenance",
     "Retention": "dyngen.store.state",
@@ -29,15 +36,25 @@ _public_api: dict[str, str] = {
 }
 
 __all__ = [
-    "PROVENANCE_COLUMNS", "CompactionPolicy", "LogEntry", "LogState", "PendingCommit",
-    "Problem", "Retention", "ShardInfo", "Store", "VacuumResult", "VersionRecord", "gc",
-    "validate_name", "verify",
+    "PROVENANCE_COLUMNS", "AlreadyCoveredError", "BatchEnd", "BatchEndError",
+    "CompactionPolicy", "CoverageError", "CoverageOrderError", "Covered", "LogEntry",
+    "LogState", "NotInInboxError", "PendingCommit", "Problem", "Retention", "ShardInfo",
+    "Store", "VacuumResult", "VersionRecord", "gc", "validate_name", "verify",
 ]
 
 if TYPE_CHECKING:
     from typing import Any
 
+    from dyngen.errors import (
+        AlreadyCoveredError,
+        BatchEndError,
+        CoverageError,
+        CoverageOrderError,
+        NotInInboxError,
+    )
     from dyngen.store.compaction import CompactionPolicy
+    from dyngen.store.covered import Covered
+    from dyngen.store.inbox import BatchEnd
     from dyngen.store.maintenance import Problem, gc, verify
     from dyngen.store.names import validate_name
     from dyngen.store.records import LogEntry, PendingCommit, ShardInfo, VersionRecord

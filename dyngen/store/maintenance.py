@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from dyngen.errors import CorruptionError, StoreError
 from dyngen.progress import QUIET, Bar
-from dyngen.store import lsh, vectors
+from dyngen.store import inbox, lsh, vectors
 from dyngen.store import shards as sh
 from dyngen.store.log import CHECKPOINTS_DIR, VERSIONS_DIR, VersionLog
 from dyngen.store.reader import REJECTED_SCHEMA, StoreReader
@@ -197,7 +197,8 @@ def _check_vectors(store: StoreReader, name: str, version: int, info: ShardInfo)
 
 def gc(store: StoreReader, name: str, *, grace_seconds: float = DEFAULT_GC_GRACE_SECONDS,
        dry_run: bool = False) -> list[str]:
-    """Remove shards no kept version names, and temp files, if older than `grace_seconds`.
+    """Remove shards no kept version names, temp files and inbox rollouts no entry names,
+    if older than `grace_seconds`.
 
     The grace period protects a round in flight: its shard exists before its commit.
     Refuses to run when a record it needs is unreadable, since it could not tell live data.
@@ -207,4 +208,5 @@ def gc(store: StoreReader, name: str, *, grace_seconds: float = DEFAULT_GC_GRACE
     now = time.time()
     live = live_files(fresh, name,
                       protected_from(fresh, name, head.expired_before, grace_seconds, now))
-    return sweep(fresh, name, live, grace_seconds, now, dry_run=dry_run)
+    removed = sweep(fresh, name, live, grace_seconds, now, dry_run=dry_run)
+    return removed + inbox.sweep(fresh.backend, name, grace_seconds, now, dry_run=dry_run)

@@ -2,10 +2,12 @@
 
 A record (format 2) holds only its version's change: the shards it adds, the shard
 paths it removes (compaction, restore), the quarantine shards of its round, its parent,
-operation, row count, schema and lineage. A restore's record also carries the whole
-shard lists it sets, so it reads even over a damaged parent; its retention and generator
-state carry on from its parent like any record's. Records of format 1 (dyngen before
-the linear log) list every shard of their version and are read as that state.
+operation, row count, schema, lineage and the inbox's batch ends it covers (`covers`,
+absent when none: older records read as covering nothing). A restore's record also
+carries the whole shard lists it sets (and the covered set), so it reads even over a
+damaged parent; its retention and generator state carry on from its parent like any
+record's. Records of format 1 (dyngen before the linear log) list every shard of their
+version and are read as that state.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dyngen.errors import CorruptionError
+from dyngen.store.covered import Covered, Key, parse_covers
 
 FORMAT_VERSION = 2
 READABLE_FORMATS = (1, 2)
@@ -82,6 +85,7 @@ class Snapshot:
 
     shards: tuple[ShardInfo, ...]
     quarantine: tuple[ShardInfo, ...] | None  # None: format 1, quarantine accumulates
+    covered: Covered | None = None  # a restore: the batch ends covered, read over damage
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ class LogEntry:
     removed: tuple[str, ...] = ()  # shard paths (data or quarantine) this version drops
     snapshot: Snapshot | None = None  # the whole state, when the record sets it
     runs: tuple[Run, ...] = ()  # a compaction: where each of its new shards goes
+    covers: tuple[Key, ...] = ()  # the inbox's batch ends this version covers (run, step)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as written: format 2, the change only."""
@@ -125,9 +130,13 @@ class LogEntry:
         if self.snapshot is not None:
             out["snapshot"] = {"shards": [s.to_dict() for s in self.snapshot.shards],
                                "quarantine": [s.to_dict() for s in self.snapshot.quarantine or ()]}
+            if self.snapshot.covered:
+                out["snapshot"]["covered"] = self.snapshot.covered.to_json()
         if self.runs:
             out["runs"] = [{"removed": list(r.removed), "added": [s.to_dict() for s in r.added]}
                            for r in self.runs]
+        if self.covers:  # absent from records that cover nothing, as from older ones
+            out["covers"] = [[run, step] for run, step in self.covers]
         out["schema"] = self.schema
         out["lineage"] = self.lineage
         return out
@@ -182,7 +191,9 @@ class LogEntry:
             snapshot = None
             if data.get("snapshot") is not None:
                 snap = typed_field(data, "snapshot", dict)
-                snapshot = Snapshot(shard_list(snap, "shards"), shard_list(snap, "quarantine"))
+                covered = snap.get("covered")
+                snapshot = Snapshot(shard_list(snap, "shards"), shard_list(snap, "quarantine"),
+                                    None if covered is None else Covered.from_json(covered))
             added = shard_list(data, "added")
             removed = _paths(typed_field(data, "removed", list))
             runs = tuple(Run(_paths(typed_field(r, "removed", list)), shard_list(r, "added"))
@@ -204,6 +215,7 @@ class LogEntry:
             removed=removed,
             snapshot=snapshot,
             runs=runs,
+            covers=parse_covers(data["covers"]) if "covers" in data else (),
         )
 
 
@@ -264,6 +276,7 @@ class PendingCommit:
     round_id: str | None = None
     generator: str | None = None
     prompt_key: str = "prompt"
+    covers: tuple[Key, ...] = ()  # an append: the batch ends it covers (checked at commit)
 
     @property
     def version(self) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dyngen.errors import CorruptionError
+from dyngen.store.covered import EMPTY, Covered
 from dyngen.store.records import FORMAT_VERSION, LogEntry, ShardInfo, shard_list, typed_field
 
 
@@ -70,6 +71,8 @@ class LogState:
     # The newest version each generator class made (up to this one): a round finds the
     # state its generator left without walking back through the log.
     generators: Mapping[str, int] = field(default_factory=dict)
+    # The inbox's batch ends covered by this version or an older one (see store/covered.py).
+    covered: Covered = EMPTY
 
     @property
     def expired_before(self) -> int:
@@ -87,7 +90,7 @@ class LogState:
         return f"{hashlib.sha256(body.encode()).hexdigest()}\n{body}\n"
 
     def _body(self) -> dict[str, Any]:
-        return {
+        body = {
             "format": FORMAT_VERSION, "dataset": self.dataset, "version": self.version,
             "rows": self.rows, "prompt_key": self.prompt_key,
             "shards": [s.to_dict() for s in self.shards],
@@ -95,6 +98,9 @@ class LogState:
             "retention": self.retention.to_dict() if self.retention else None,
             "generators": dict(self.generators), "schema": self.schema,
         }
+        if self.covered:  # absent when nothing is covered, as in older checkpoints
+            body["covered"] = self.covered.to_json()
+        return body
 
     @classmethod
     def from_json(cls, text: str, origin: str) -> LogState:
@@ -119,6 +125,7 @@ class LogState:
                 prompt_key=typed_field(data, "prompt_key", str),
                 retention=Retention.from_dict(retention) if retention is not None else None,
                 generators=generators,
+                covered=Covered.from_json(data["covered"]) if "covered" in data else EMPTY,
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise CorruptionError(f"checkpoint {origin} is damaged ({exc}); it is only an "
@@ -164,8 +171,11 @@ def apply(state: LogState | None, entry: LogEntry) -> LogState:
         entry.lineage.get("generator"), dict) else {}
     if isinstance(made_by.get("class"), str):
         generators = {**generators, made_by["class"]: entry.version}
+    # The covered set only grows; over damage, a restore carries what its parent covered.
+    covered = state.covered if state is not None else (
+        snap.covered if snap is not None and snap.covered is not None else EMPTY)
     return LogState(entry.dataset, entry.version, shards, quarantine, entry.rows, entry.schema,
-                    entry.prompt_key, retention, generators)
+                    entry.prompt_key, retention, generators, covered.with_keys(entry.covers))
 
 
 def splice(items: tuple[ShardInfo, ...], removed: tuple[str, ...],

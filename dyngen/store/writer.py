@@ -3,7 +3,9 @@
 A commit is the exclusive creation of the next `_versions/<N>.json` (a durable temp
 file hard-linked into place; a link never replaces an existing file). Two writers on
 the same parent cannot both create N: the loser gets CommitConflictError, rebases its
-pending commit on the new head and tries again. Nothing is rewritten in place.
+pending commit on the new head and tries again. Nothing is rewritten in place. An append
+may cover batch ends of the dataset's inbox: checked on its parent (covering.py), refused
+whole if any was covered meanwhile.
 `Store` (store.py) adds the operations built on it: append, restore, compact, vacuum.
 """
 
@@ -15,6 +17,7 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -35,6 +38,8 @@ from dyngen.progress import QUIET, Bar
 from dyngen.store import index as near
 from dyngen.store import keys as pk
 from dyngen.store import shards as sh
+from dyngen.store.covered import CoverageError, entry_keys
+from dyngen.store.covering import check_covers, refuse_if_covered
 from dyngen.store.log import VersionLog
 from dyngen.store.minhash import LshParams
 from dyngen.store.reader import DATA_DIR, REJECTED_DIR, REJECTED_SCHEMA, StoreReader
@@ -92,10 +97,13 @@ class StoreWriter(StoreReader):
                        lineage: dict[str, Any] | None = None, round_id: str | None = None,
                        generator: str | None = None,
                        index: LshParams | None = DEFAULT_INDEX,
-                       vectors: near.Kind | None = None) -> PendingCommit:
+                       vectors: near.Kind | None = None,
+                       covers: Iterable[Any] | None = None) -> PendingCommit:
         """Write the rows (and quarantined rows) as new shards on top of the current head;
         `index` hashes the near-duplicate sidecar of the rows' shard, `vectors` embeds its
-        semantic sidecar (None: none)."""
+        semantic sidecar (None: none). `covers`: the inbox's batch ends (BatchEnd objects or
+        (run, step) pairs) the version covers, checked at commit (dyngen/store/covering.py)."""
+        keys = entry_keys(covers or ())
         head = self.state(name)
         table = sh.with_provenance(sh.to_table(rows), head.version + 1, round_id, generator)
         schema = sh.widen(sh.schema_from_json(head.schema), table.schema)
@@ -106,7 +114,7 @@ class StoreWriter(StoreReader):
                                         vectors=vectors),
             schema=sh.schema_to_json(schema), idempotency_key=idempotency_key,
             lineage=dict(lineage or {}), round_id=round_id, generator=generator,
-            prompt_key=head.prompt_key,
+            prompt_key=head.prompt_key, covers=keys,
         )
         try:
             return replace(pending, rejected=self._write_rejected(name, rejected))
@@ -134,7 +142,11 @@ class StoreWriter(StoreReader):
         parent_entry = self._readable_entry(log, head)
         if parent_entry is not None:
             self._mark_keys(log, parent_entry)  # so only the head can lack its key's marker
-        entry, state = self._next(log, pending)
+        try:
+            entry, state = self._next(log, pending)
+        except CoverageError:  # refused whole: nothing is committed, nothing left behind
+            self.abort(pending)
+            raise
         try:
             self.backend.write_new(log.record_rel(entry.version), entry.to_json().encode(),
                                    hook=_record_stage)
@@ -157,6 +169,7 @@ class StoreWriter(StoreReader):
         if pending.operation == "create":
             raise DatasetExistsError(f"dataset {pending.dataset!r} already exists.")
         head = self.state(pending.dataset)
+        refuse_if_covered(self, pending, head)  # covered meanwhile: not worth rewriting
         if pending.operation in ("restore", "vacuum"):
             return replace(pending, parent=head.version)
         if pending.operation == "compact":
@@ -212,6 +225,8 @@ class StoreWriter(StoreReader):
     def _next(self, log: VersionLog, pending: PendingCommit) -> tuple[LogEntry, LogState]:
         """The record `pending` commits and the state it makes, from the parent's state."""
         parent = None if pending.parent is None else self._parent_state(log, pending)
+        if pending.covers:
+            check_covers(self.backend, log, pending.covers, parent)
         version = pending.version
         created = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         added, removed, snapshot = pending.new_shards, pending.removed, None
@@ -221,7 +236,7 @@ class StoreWriter(StoreReader):
             old = self._restorable(log, pending.restore_of, parent)
             # A restore states its whole state, so it reads even over a damaged parent.
             quarantine = parent.quarantine if parent is not None else old.quarantine
-            snapshot = Snapshot(old.shards, quarantine)
+            snapshot = Snapshot(old.shards, quarantine, (parent or old).covered)
             before = {s.path for s in parent.shards} if parent is not None else set()
             added = tuple(s for s in old.shards if s.path not in before)
             removed = tuple(sorted(before - {s.path for s in old.shards}))
@@ -235,7 +250,7 @@ class StoreWriter(StoreReader):
             operation=pending.operation, rows=0, schema=schema, created_at=created,
             idempotency_key=pending.idempotency_key, rejected=pending.rejected,
             lineage=lineage, prompt_key=pending.prompt_key, added=added, removed=removed,
-            snapshot=snapshot, runs=pending.runs,
+            snapshot=snapshot, runs=pending.runs, covers=pending.covers,
         )
         state = apply(parent, entry)
         rows = sum(s.rows for s in state.shards)
