@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from dyngen.cli import inbox as cli_inbox
 from dyngen.cli import maintenance as cli_maintenance
 from dyngen.cli import rounds as cli_rounds
 from dyngen.cli.group import DEBUG_ENV, EXIT_PROBLEMS, DyngenGroup
@@ -140,8 +141,12 @@ def show(
         state.out.print(f"{name} v{rec.version}: no {what} at offset {offset} "
                         f"(there are {len(ds)})", markup=False)
         return
-    from dyngen.round.lineage import short
+    from dyngen.round.lineage import covered, short
     from dyngen.store.shards import GENERATOR_COLUMN, ROUND_COLUMN, VERSION_COLUMN
+
+    if covered(rec):  # the batch ends whose round made this version
+        state.out.print(f"{name} v{rec.version} covers {covered(rec)}", markup=False,
+                        soft_wrap=True)
 
     prompt_key = str(state.config().data.prompt_key)
     if rejected:
@@ -340,6 +345,7 @@ def __getattr__(name: str) -> Any:
 
 
 cli_maintenance.register(app)
+cli_inbox.register(app)
 cli_rounds.register(app)
 # The trainer-facing commands live in their own module; registered here, on this app.
 app.command("emit")(emit_command)

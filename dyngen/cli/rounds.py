@@ -50,21 +50,28 @@ def round_(
         except Exception as exc:
             raise round_failure(name, exc, log) from exc
     counts = result["counts"]
+    from dyngen.cli.support import make_console
+    from dyngen.round.lineage import covered
+    from dyngen.store.location import store_settings
+    from dyngen.store.store import Store
+
+    store = Store.from_config(store_settings(params["store"]))
+    record = store.record(name, result["version"])
     if not result["created"]:
-        state.out.print(already_committed(name, result["version"], step, event_id,
-                                          result.get("idempotency_key")),
-                        markup=False, soft_wrap=True)
+        said = (already_committed(name, result["version"], step, event_id,
+                                  result.get("idempotency_key")) if trigger else
+                f"nothing new: the batch ends pending were covered meanwhile by version "
+                f"{result['version']} ({covered(record)}).")
+        state.out.print(said, markup=False, soft_wrap=True)
         return
     state.out.print(f"committed {name!r} version {result['version']} (parent "
                     f"{result['parent']}): {result['rows']} rows, kept {counts.get('kept')} "
                     f"of {counts.get('generated')}, rejected {counts.get('rejected') or {}}",
                     markup=False)
-    from dyngen.cli.support import make_console
-    from dyngen.store.location import store_settings
-    from dyngen.store.store import Store
-
-    store = Store.from_config(store_settings(params["store"]))
-    stats = store.record(name, result["version"]).lineage.get("generator", {}).get("stats")
+    if covered(record):
+        state.out.print(f"version {result['version']} covers {covered(record)}", markup=False,
+                        soft_wrap=True)
+    stats = record.lineage.get("generator", {}).get("stats")
     skipped = stats.get("skipped") if isinstance(stats, dict) else None
     if isinstance(skipped, int) and skipped:  # an augmenter's rows it cannot apply to
         by_reason = {k: v for m in (stats.get("methods") or {}).values()

@@ -6,7 +6,7 @@ Registered on the app in `dyngen.cli`; kept apart so that module stays about dat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,11 +22,16 @@ def emit_command(
     = None,
     event_id: Annotated[str | None, typer.Option(help="Event id (default: a new UUID).")]
     = None,
+    run: Annotated[str | None, typer.Option(
+        help="The training run the step belongs to (default: $DYNGEN_RUN, else 'default'); "
+             "a resumed run keeps its name, a new run needs a new one.")] = None,
     flush: Annotated[bool, typer.Option(
-        "--flush", help="Deliver the events waiting in the outbox for this server, in order "
-                        "(alone, or before emitting NAME --step N).")] = False,
+        "--flush", help="Write the batch ends waiting in the local retry queue into their "
+                        "store, then deliver the events waiting in the outbox for this "
+                        "server, in order (alone, or before emitting NAME --step N).")] = False,
 ) -> None:
-    """Emit a training batch-end event, as a trainer would; --flush sends queued ones."""
+    """Record a training batch end in the store's inbox and emit its event, as a trainer
+    would; --flush writes and sends queued ones."""
     from dyngen.errors import ConfigError
     from dyngen.store.names import validate_name
     from dyngen.trainers.events import flush_outbox, send_batch_end
@@ -38,11 +43,12 @@ def emit_command(
             raise ConfigError("emit: expected NAME and --step N (or --flush alone), found "
                               f"{'NAME ' if name else ''}{'--step ' if step is not None else ''}"
                               "only. Example: dyngen emit gsm8k-dyn --step 12.")
+        stored = _flush_store_queues(ctx)
         result = flush_outbox()
         out.print(f"delivered {result.delivered} queued event(s); {result.pending} still "
                         f"in the outbox{f' ({result.reason})' if result.reason else ''}",
                         markup=False)
-        if result.pending:
+        if result.pending or stored:
             raise typer.Exit(1)
         return
     metrics: dict[str, float] = {}
@@ -54,8 +60,12 @@ def emit_command(
             sep = ""
         if not sep or not key:
             raise ConfigError(f"--metric: expected key=number, found {item!r}.")
-    sent = send_batch_end(validate_name(name), step, metrics, rollouts, event_id=event_id)
-    if sent.status == "dropped":
+    store = _store_of(ctx, validate_name(name))
+    sent = send_batch_end(name, step, metrics, rollouts, event_id=event_id, store=store,
+                          run=run)
+    if sent.inbox:
+        out.print(_INBOX[sent.inbox].format(run=sent.run, root=store.root), markup=False)
+    if sent.status == "dropped" and sent.inbox not in ("written", "kept", "queued"):
         raise typer.Exit(1)
     if sent.status == "queued":
         # Exit 0: a shell training loop under `set -e` must go on through an outage.
@@ -66,6 +76,52 @@ def emit_command(
         return
     out.print(f"emitted dyngen.batch.ended for {name!r} step {step} (event "
                     f"{sent.event_id})", markup=False)
+
+
+_INBOX = {
+    "written": "recorded in the inbox of {root} as run {run!r}",
+    "kept": "run {run!r} has this step in the inbox of {root} already: the first is kept",
+    "queued": "the store {root} is unreachable: the batch end waits in the local retry "
+              "queue (the next emit or `dyngen emit --flush` writes it)",
+    "unrecorded": "not recorded in the inbox of {root} (see the warning above)",
+}
+
+
+def _store_of(ctx: typer.Context, name: str) -> Any:
+    """The store to record the batch end in: the command's, when the dataset is there. A
+    store on object storage is not asked (it may be down: the batch end then waits in the
+    retry queue, and a look would cost the training loop its timeouts)."""
+    import logging
+    from pathlib import Path
+
+    try:
+        store = ctx.obj.store()
+    except Exception as exc:  # a shell training loop goes on: the event alone
+        logging.getLogger("dyngen").warning("dyngen emit: no store (%s); the event alone is "
+                                            "sent", exc)
+        return None
+    if isinstance(store.root, Path) and not store.dataset_exists(name):
+        ctx.obj.out.print(f"dataset {name!r} is not in the store {store.root}: the event "
+                          "alone is sent (set --root to the dataset's store to record the "
+                          "batch end)", markup=False)
+        return None
+    return store
+
+
+def _flush_store_queues(ctx: typer.Context) -> int:
+    """Write the batch ends of the local retry queue to their stores; how many remain."""
+    from dyngen.trainers.inbox_write import flush_queues
+
+    try:
+        store = ctx.obj.store()
+    except Exception:
+        store = None
+    done = flush_queues(store)
+    if done.written or done.pending:
+        ctx.obj.out.print(f"wrote {done.written} queued batch end(s) into the store; "
+                          f"{done.pending} still in the retry queue"
+                          f"{f' ({done.reason})' if done.reason else ''}", markup=False)
+    return done.pending
 
 
 def follow_command(
@@ -84,8 +140,10 @@ def follow_command(
     every_n_steps: Annotated[int, typer.Option(
         "--every-n-steps", min=1, help="Emit a batch end for every N-th step.")] = 1,
     run_id: Annotated[str | None, typer.Option(
-        "--run-id", help="Names the training run (default: from the metrics file's path); "
-                         "a new experiment writing the same file needs a new one.")] = None,
+        "--run", "--run-id", help="Names the training run whose batch ends are recorded "
+                                  "(default: verl's experiment name, from its metrics file, "
+                                  "or prime-rl's output_dir, with its path); a new experiment "
+                                  "writing the same file needs a new one.")] = None,
     rollout_wait: Annotated[float, typer.Option(
         "--rollout-wait", min=0, help="Seconds to wait for a step's rollouts file before "
                                       "emitting without it.")] = 60.0,
@@ -107,9 +165,10 @@ def follow_command(
     kind = VerlFollower if verl_metrics is not None else PrimeRLFollower
     metrics = verl_metrics or prime_rl_metrics
     assert metrics is not None
-    follower = kind(ctx.obj.store().root, validate_name(name), metrics,
-                    rollout_dir=rollout_dir, every_n_steps=every_n_steps, run_id=run_id,
-                    rollout_wait_seconds=rollout_wait)
+    store = ctx.obj.store()
+    follower = kind(store.root, validate_name(name), metrics, rollout_dir=rollout_dir,
+                    every_n_steps=every_n_steps, run_id=run_id,
+                    rollout_wait_seconds=rollout_wait, store=store)
     last = follower.last_step if follower.last_step >= 0 else "none"
     ctx.obj.out.print(f"following {metrics} for dataset {name!r} (run {follower.run_id}, "
                       f"last step emitted: {last}; rollouts to {follower.folder}); Ctrl-C "

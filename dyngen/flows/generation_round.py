@@ -3,10 +3,12 @@
 The flow reads as the round's diagram. Before its stages, `admitted` (dyngen.round.admission)
 checks what the round is asked, keeps its dataset's step order, holds the dataset's slot
 and answers whether the round's trigger already committed a version: a retried or
-re-delivered round lands once. The filter stage runs the whole chain, the expensive
-solve-rate filter last. After its version is committed and published, the round compacts
-the head's small shards if the store's policy asks (`round.compaction`); that never fails
-a committed round.
+re-delivered round lands once. The round covers every batch end its dataset's inbox holds
+that the head it loaded does not (dyngen.round.inbox): it ends at once if a version covers
+its trigger's own, and commits nothing if another round covers them first. The filter
+stage runs the whole chain, the expensive solve-rate filter last. After its version is
+committed and published, the round compacts the head's small shards if the store's policy
+asks (`round.compaction`); that never fails a committed round.
 
 A run is named `<dataset>-step-<N>` while it waits for its dataset's slot, and
 `<dataset>-v<version>` once it knows the version it makes (dyngen.round.run_names).
@@ -25,6 +27,7 @@ from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params, vector_params
 from dyngen.round import compaction_policy
 from dyngen.round.admission import admitted
+from dyngen.round.inbox import covers_text
 from dyngen.round.lineage import log_line
 from dyngen.round.redaction import redacting_flow
 from dyngen.round.run_names import waiting_run_name
@@ -57,9 +60,11 @@ def generation_round(
         if rnd.committed is not None:
             return _already_committed(rnd.committed, rnd.store)
         cfg, where, timings = rnd.cfg, rnd.where, rnd.timings
-        with timed(timings, "load"):
-            data, parent = load_dataset(where, dataset)
-        context = rnd.context(parent)
+        with timed(timings, "load"):  # the head, and the batch ends it does not cover
+            data, parent, batch_ends = load_dataset(where, dataset, rnd.rollouts)
+        if (covering := rnd.covering(parent)) is not None:
+            return _covered(covering, rnd.store, rnd.trigger.batch_end)
+        context = rnd.context(parent, batch_ends)
         with timed(timings, "generate"):
             rows, generator, fanned_out = generate_all(cfg, data, context)
         with timed(timings, "filter"):  # every filter of the chain, the solve rate last
@@ -68,8 +73,10 @@ def generation_round(
         with stage("concat"):
             pending = concat_rows(where, context, outcome, generator["name"], lineage,
                                   index_params(cfg), vector_params(cfg))
-        with stage("version"):
-            record = commit_version(where, pending)
+        with stage("version"):  # or the version that covered its batch ends meanwhile
+            record, created = commit_version(where, pending)
+        if not created:
+            return _covered(record, rnd.store, None, [b.key for b in batch_ends])
     get_run_logger().info(log_line(record))
     _publish(record, rnd.store)
     crash_point("round.after_lineage")
@@ -81,6 +88,25 @@ def _already_committed(done: VersionRecord, store: Store) -> dict[str, Any]:
     step = (done.lineage.get("trigger") or {}).get("step")
     get_run_logger().info("trigger %s (step %s) already committed as version %d; nothing to do",
                           done.idempotency_key, step, done.version)
+    return _nothing_new(done, store)
+
+
+def _covered(done: VersionRecord, store: Store, key: tuple[str, int] | None,
+             lost: list[tuple[str, int]] | None = None) -> dict[str, Any]:
+    """`done` covers the trigger's batch end (`key`), or some of the batch ends this round
+    was about to cover (`lost`: a concurrent or retried round committed first)."""
+    if key is not None:
+        get_run_logger().info("batch end run %s step %d is covered by version %d; nothing "
+                              "to do", key[0], key[1], done.version)
+    else:
+        get_run_logger().info("the batch ends this round covers (%s) were covered meanwhile, "
+                              "by version %d; nothing committed", covers_text(lost or ()),
+                              done.version)
+    return _nothing_new(done, store)
+
+
+def _nothing_new(done: VersionRecord, store: Store) -> dict[str, Any]:
+    """The summary of `done`, not made by this run; published if its run could not."""
     if done.version == store.head_version(done.dataset):
         # Its round may have been killed after committing, before publishing.
         _publish(done, store, unless_published=True)

@@ -81,7 +81,7 @@ class ArithmeticCurriculum(AbstractDataGenerator):
         level = int(previous.get("level", cfg["start_level"]))
         score = None
         if context is not None:
-            score = context.trigger.metrics.get(cfg["score_metric"])
+            score = context.metrics.get(cfg["score_metric"])  # the newest batch end's
         if score is not None:
             level += 1 if score > cfg["target_score"] else -1
         level = max(1, min(max(LEVELS), level))

@@ -52,7 +52,7 @@ def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
     trig = Trigger.parse(trigger)
     rollouts = RolloutsPolicy.from_config(cfg)
     check_before_round(cfg)  # a solve-rate reward that cannot load, a key not set
-    if trig.rollouts is not None:
+    if trig.rollouts is not None and trig.run is None:  # with a run, they are in the store
         rollouts.check(trig.rollouts)
     return cfg, trig, rollouts
 
@@ -60,10 +60,12 @@ def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
 def committed_for(store: Store, dataset: str, trigger: Trigger) -> VersionRecord | None:
     """The version a round with this trigger already committed, if any (its idempotency):
     the one of its key, else the one of its step (a batch end sent again by a trainer
-    resumed from a checkpoint has a new event id, and the same step)."""
+    resumed from a checkpoint has a new event id, and the same step). A trigger that names
+    its training run is not looked up by step (another run has the same steps): whether
+    its batch end is covered is the store's to say (dyngen.round.inbox)."""
     key = trigger.idempotency_key(dataset)
     found = store.find_idempotency_key(dataset, key) if key else None
-    if found is None and trigger.step is not None:
+    if found is None and trigger.step is not None and trigger.run is None:
         found = committed_step(store, dataset, trigger.step)
     return found
 
@@ -206,14 +208,14 @@ def write_round(store: Store, context: RoundContext, outcome: Any,
                 ) -> PendingCommit:
     """Write the kept rows as one new shard (with its near-duplicate sidecar hashed by
     `index`, its semantic sidecar embedded by `vectors`) and the rejected rows as a
-    quarantine shard."""
+    quarantine shard; the commit covers the context's batch ends."""
     kept = outcome.kept
     return store.prepare_append(
         context.dataset, kept.for_store() if isinstance(kept, RowBatch) else list(kept),
         rejected=list(outcome.rejected) or None,
         idempotency_key=context.trigger.idempotency_key(context.dataset),
         lineage=lineage, round_id=f"round-{context.round}", generator=generator,
-        index=index, vectors=vectors,
+        index=index, vectors=vectors, covers=[b.key for b in context.batch_ends] or None,
     )
 
 

@@ -4,8 +4,9 @@
 deployment must name, credentials a deployment's parameters must not hold, what the
 config names loads), waits for its dataset's earlier steps (dyngen.round.step_order),
 takes its dataset's slot (dyngen.round.slot) for the block, and answers whether the
-round's trigger already committed a version. The generation round's flow runs its five
-stages inside it.
+round's trigger already committed a version (and, once the round has loaded its head,
+whether a version covers the batch end its trigger names: dyngen.round.inbox). The
+generation round's flow runs its five stages inside it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dyngen.config.preflight import check_before_start
 from dyngen.config.secrets import refuse_secrets
 from dyngen.filters.base import FilterOutcome
 from dyngen.round import committed_for, round_inputs
-from dyngen.round.context import RoundContext, Trigger
+from dyngen.round.context import RoundBatchEnd, RoundContext, Trigger
 from dyngen.round.lineage import round_lineage
 from dyngen.round.redaction import deployment_run
 from dyngen.round.rollouts import RolloutsPolicy
@@ -49,10 +50,20 @@ class Admitted:
     committed: VersionRecord | None  # the version its trigger already committed, if any
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
 
-    def context(self, parent: VersionRecord) -> RoundContext:
-        """The round's context on top of `parent`; its run is named after the new version."""
+    def covering(self, parent: VersionRecord) -> VersionRecord | None:
+        """The version up to `parent` that covers the batch end the trigger names (its run
+        and step), if one does: then this round has nothing to do."""
+        key = self.trigger.batch_end
+        found = None if key is None else self.store.covering_version(
+            self.dataset, *key, version=parent.version)
+        return None if found is None else self.store.record(self.dataset, found)
+
+    def context(self, parent: VersionRecord,
+                batch_ends: tuple[RoundBatchEnd, ...] = ()) -> RoundContext:
+        """The round's context on top of `parent`, covering `batch_ends` (the inbox's
+        entries pending at `parent`); its run is named after the new version."""
         context = RoundContext(self.dataset, parent.version + 1, parent.version, self.trigger,
-                               rollouts_policy=self.rollouts)
+                               rollouts_policy=self.rollouts, batch_ends=batch_ends)
         name_run(self.dataset, context.round)
         return context
 

@@ -1,7 +1,9 @@
 """What a round knows about itself: the trigger that started it and its context.
 
 A generator receives the `RoundContext` (`generate(dataset, context=None)`); the trigger
-is parsed here from an untrusted event payload, field by field.
+is parsed here from an untrusted event payload, field by field. A round covers every batch
+end its dataset's inbox holds and no version covers yet (dyngen/round/inbox.py): the
+context carries them all, their rollouts read from the store.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dyngen.errors import TriggerError
+from dyngen.errors import BatchEndError, TriggerError
 from dyngen.round.rollouts import Rollout, RolloutsPolicy
+from dyngen.store.covered import check_run
 
 MAX_METRICS = 256
 MAX_TRIGGER_BYTES = 64 * 1024
 
 
-FIELDS = ("event_id", "step", "metrics", "rollouts", "previous")
+FIELDS = ("event_id", "step", "metrics", "rollouts", "previous", "run")
 
 
 @dataclass(frozen=True)
@@ -35,13 +38,16 @@ class PreviousEvent:
 
 @dataclass(frozen=True)
 class Trigger:
-    """What started a round: the batch-end event, its training step and metrics."""
+    """What started a round: the batch-end event, its training run, step and metrics."""
 
     event_id: str | None = None
     step: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     rollouts: str | None = None
     previous: PreviousEvent | None = None
+    # The training run whose batch end this is: with `step`, the key of its entry in the
+    # dataset's inbox (dyngen.store.inbox), which the round covers or finds covered.
+    run: str | None = None
 
     @classmethod
     def parse(cls, value: Trigger | Mapping[str, Any] | None) -> Trigger:
@@ -73,12 +79,20 @@ class Trigger:
         if rollouts is not None:
             _check_rollouts_path(rollouts)
         return cls(event_id=event_id, step=step, metrics=_metrics(value.get("metrics")),
-                   rollouts=rollouts, previous=_previous(value.get("previous")))
+                   rollouts=rollouts, previous=_previous(value.get("previous")),
+                   run=_run(value.get("run")))
+
+    @property
+    def batch_end(self) -> tuple[str, int] | None:
+        """The inbox key (run, step) this trigger names, if it names both."""
+        return None if self.run is None or self.step is None else (self.run, self.step)
 
     def idempotency_key(self, dataset: str) -> str | None:
-        """The event id, else dataset + step: a re-delivered trigger lands once."""
+        """The event id, else dataset (+ run) + step: a re-delivered trigger lands once."""
         if self.event_id is not None:
             return f"event:{self.event_id}"
+        if self.step is not None and self.run is not None:
+            return f"{dataset}:run:{self.run}:step:{self.step}"
         if self.step is not None:
             return f"{dataset}:step:{self.step}"
         return None
@@ -116,6 +130,16 @@ def _previous(value: Any) -> PreviousEvent | None:
     return PreviousEvent(event_id, step, float(before))
 
 
+def _run(value: Any) -> str | None:
+    """trigger.run: a training run id as the store's inbox keys it, or absent."""
+    if value is None:
+        return None
+    try:
+        return check_run(value)
+    except BatchEndError as exc:
+        raise TriggerError(f"trigger.run: {exc}") from None
+
+
 def _check_rollouts_path(value: Any) -> None:
     """An absolute path; where it may point is checked against the config (rollouts.py)."""
     if not isinstance(value, str):
@@ -142,6 +166,26 @@ def _metrics(value: Any) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
+class RoundBatchEnd:
+    """A batch end a round covers: its entry in the dataset's inbox, with its rollouts read
+    from the store and checked as a trigger's rollouts file is (dyngen/round/inbox.py)."""
+
+    run: str
+    step: int
+    metrics: dict[str, float]
+    written_at: str  # ISO 8601, UTC, when the trainer's entry was created
+    event_id: str
+    rollouts: tuple[Rollout, ...] = ()
+    # Why its rollouts could not be used (then it has none; its metrics still count).
+    rollouts_error: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """(run, step): the inbox's key, as a version's `covers` names it."""
+        return self.run, self.step
+
+
+@dataclass(frozen=True)
 class RoundContext:
     """What a generator may know about the round it runs in."""
 
@@ -158,9 +202,43 @@ class RoundContext:
     # Where the trigger's rollouts file may be, from the deployment's config (never the
     # event's); the default allows no folder at all.
     rollouts_policy: RolloutsPolicy = field(default_factory=RolloutsPolicy)
+    # The batch ends this round covers: every one its dataset's inbox held that no version
+    # covered at the head it loaded, oldest written first. Empty for a round with none
+    # pending (then the trigger alone says what the round is about).
+    batch_ends: tuple[RoundBatchEnd, ...] = ()
+
+    @property
+    def newest(self) -> RoundBatchEnd | None:
+        """The batch end the round goes by: the trigger's own if the round covers it, else
+        the newest written; None when the round covers none."""
+        mine = self.trigger.batch_end
+        own = [b for b in self.batch_ends if b.key == mine]
+        return own[0] if own else (self.batch_ends[-1] if self.batch_ends else None)
+
+    @property
+    def step(self) -> int | None:
+        """The training step the round is about: the newest batch end's, else the trigger's."""
+        newest = self.newest
+        return newest.step if newest is not None else self.trigger.step
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The newest batch end's metrics (as stored), else the trigger's."""
+        newest = self.newest
+        return dict(newest.metrics) if newest is not None else dict(self.trigger.metrics)
+
+    @property
+    def run(self) -> str | None:
+        """The training run of the newest batch end, else the trigger's (None: not named)."""
+        newest = self.newest
+        return newest.run if newest is not None else self.trigger.run
 
     def read_rollouts(self) -> list[Rollout]:
-        """The trigger's rollouts file, confined, bounded and parsed ([] if it names none)."""
-        if self.trigger.rollouts is None:
-            return []
-        return self.rollouts_policy.read(self.trigger.rollouts)
+        """The rollouts of every batch end the round covers, read from the store (in their
+        order), then the trigger's rollouts file, confined, bounded and parsed; [] if there
+        are none. A trigger that names its training run has its rollouts in the store (a
+        worker on another host could not open the trainer's file): its file is not read."""
+        out = [r for b in self.batch_ends for r in b.rollouts]
+        if self.trigger.rollouts is not None and self.trigger.run is None:
+            out += self.rollouts_policy.read(self.trigger.rollouts)
+        return out

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dyngen.round.context import RoundContext, Trigger
+from dyngen.round.inbox import covers_lineage, covers_text, rollouts_errors
 from dyngen.store import LogEntry, Store, VersionRecord
 
 if TYPE_CHECKING:  # the CLI imports this module; datasets (via the filters) stays unloaded
@@ -51,6 +52,10 @@ class RoundLineage:
     filters: dict[str, dict[str, Any]] = field(default_factory=dict)
     # How it kept its dataset's step order, when it waited for earlier steps or went ahead
     step_order: dict[str, Any] | None = None
+    # The batch ends it covers, short: per training run, its steps (the record's `covers`
+    # is the durable list), and those whose rollouts it could not use, with why.
+    batch_ends: dict[str, list[int]] = field(default_factory=dict)
+    rollouts_errors: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The lineage as the version record stores it (plain JSON data)."""
@@ -60,6 +65,12 @@ class RoundLineage:
                            "rollouts": self.trigger.rollouts},
                "counts": asdict(self.counts), "flow_run_id": self.flow_run_id,
                "flow_run_name": self.flow_run_name, "timings": dict(self.timings)}
+        if self.trigger.run is not None:
+            out["trigger"]["run"] = self.trigger.run
+        if self.batch_ends:
+            out["batch_ends"] = {run: list(steps) for run, steps in self.batch_ends.items()}
+        if self.rollouts_errors:
+            out["rollouts_errors"] = list(self.rollouts_errors)
         if self.partitions:
             out["partitions"] = self.partitions
         for key, record in self.filters.items():
@@ -84,7 +95,9 @@ def round_lineage(context: RoundContext, generator: dict[str, Any], generated: i
     return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
                         counts=counts, flow_run_id=str(run_id) if run_id else None,
                         flow_run_name=run_name, timings=dict(timings), partitions=partitions,
-                        filters=dict(outcome.records), step_order=step_order)
+                        filters=dict(outcome.records), step_order=step_order,
+                        batch_ends=covers_lineage(context.batch_ends),
+                        rollouts_errors=rollouts_errors(context.batch_ends))
 
 
 # ---- the round's log line ---------------------------------------------------------------
@@ -118,6 +131,7 @@ def round_markdown(rec: VersionRecord) -> str:
         f"| trigger event | {trig.get('event_id') or '-'} |",
         f"| training step | {trig.get('step') if trig.get('step') is not None else '-'} |",
         f"| metrics | {metrics or '-'} |",
+        f"| covers | {_md(covered(rec)) or '-'} |",
         f"| flow run | {lin.get('flow_run_id', '-')} |",
         f"| idempotency key | {rec.idempotency_key or '-'} |",
         f"| timings (s) | {timings} |",
@@ -145,6 +159,7 @@ def history_row(rec: VersionRecord) -> dict[str, Any]:
         "generated": counts.get("generated"), "kept": counts.get("kept"),
         "rejected": sum(as_dict(counts.get("rejected")).values()) if counts else None,
         "flow_run_id": lin.get("flow_run_id"), "created_at": rec.created_at,
+        "covers": covered(rec) or None,
     }
 
 
@@ -197,6 +212,10 @@ def _log_row(table: Table, entry: LogEntry, parent_rows: int | None) -> None:
     cells = (str(entry.version), "-" if entry.parent is None else str(entry.parent),
              operation_text(entry), f"{entry.rows}{delta}",
              entry.created_at[:19].replace("T", " "), *lineage_cells(entry.lineage))
+    covers = covered(entry)
+    if covers:  # the trigger column says which batch ends the version covers
+        cells = (*cells[:6], " · ".join(filter(None, (cells[6], f"covers {covers}"))),
+                 *cells[7:])
     table.add_row(*(Text(cell) for cell in cells))  # user data is never read as markup
 
 
@@ -219,6 +238,8 @@ def _narrow_row(table: Table, entry: LogEntry, parent_rows: int | None) -> None:
     generator, _, counts, _ = lineage_cells(entry.lineage)
     made_by = generator if entry.operation == "append" and generator else operation_text(entry)
     step = as_dict(entry.lineage.get("trigger")).get("step")
+    if step is None and entry.covers:  # a round no trigger step named: its newest covered
+        step = max(s for _, s in entry.covers)
     cells = (str(entry.version), f"{entry.rows}{delta}", made_by,
              "" if step is None else str(step), counts.removeprefix("kept "),
              entry.created_at[5:16].replace("T", " "))
@@ -260,6 +281,17 @@ def lineage_cells(lineage: Mapping[str, Any]) -> tuple[str, str, str, str]:
     run = lineage.get("flow_run_id")
     return (str(generator).rsplit(".", 1)[-1], " · ".join(parts), count_text,
             short(run) if run else "")
+
+
+def covered(entry: LogEntry) -> str:
+    """Which batch ends a version covers, in words (`run-a steps 3–5 · run-b step 1`):
+    its record's `covers`, else its lineage's summary; "" for none."""
+    return covers_text(entry.covers or as_dict(entry.lineage.get("batch_ends")))
+
+
+def _md(text: str) -> str:
+    """Text for a cell of a Markdown table."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def as_dict(value: Any) -> dict[str, Any]:

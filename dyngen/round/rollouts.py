@@ -1,5 +1,8 @@
 """A trigger's rollouts file: confined to the deployment's folders, bounded, never echoed.
 
+(A batch end's rollouts held in the store's inbox are read by the store and checked here
+the same way: `RolloutsPolicy.parse`, the bound and the format below.)
+
 A batch-end event names `trigger.rollouts`, a path the round opens where it runs, with
 the worker's rights. So a path is accepted only inside `round.rollouts_dirs` (checked
 after resolving links), only as a regular file of at most `round.max_rollouts_bytes`;
@@ -107,6 +110,20 @@ class RolloutsPolicy:
         if len(data) > self.max_bytes:
             raise RolloutsError(f"{where} grew past round.max_rollouts_bytes={self.max_bytes} "
                                 "while it was read; write each batch's file once, completely.")
+        return parse_rollouts(data, where)
+
+    def check_size(self, size: int, where: str) -> None:
+        """RolloutsError if `size` bytes of rollouts are over round.max_rollouts_bytes."""
+        if size > self.max_bytes:
+            raise RolloutsError(
+                f"{where} are {size} bytes, over the bound round.max_rollouts_bytes="
+                f"{self.max_bytes}. Send fewer rollouts per batch, or raise the bound in the "
+                "deployment's config.")
+
+    def parse(self, data: bytes, where: str) -> list[Rollout]:
+        """Rollouts from JSONL bytes read elsewhere (a batch end's, from the store): the
+        same bound and checks as a file's; errors name the line and field, never the text."""
+        self.check_size(len(data), where)
         return parse_rollouts(data, where)
 
     def _check_kind_and_size(self, where: str, info: os.stat_result) -> None:

@@ -16,21 +16,32 @@ from prefect.client.schemas.filters import (
     ArtifactFilterKey,
 )
 
+from dyngen.errors import AlreadyCoveredError
 from dyngen.faults import crash_point
 from dyngen.report.history import history_of
 from dyngen.report.trend import trend_markdown
 from dyngen.round import commit_round
+from dyngen.round.inbox import covering_record
 from dyngen.round.lineage import history_row, round_markdown
 from dyngen.store import PendingCommit, Store, VersionRecord
 from dyngen.store.location import StoreSpec
 
 
 @task(name="version", cache_policy=NO_CACHE)
-def commit_version(store_root: StoreSpec, pending: PendingCommit) -> VersionRecord:
-    """Commit atomically (rebasing over concurrent commits); on failure remove the shards."""
-    record = commit_round(Store.from_config(store_root), pending)
+def commit_version(store_root: StoreSpec, pending: PendingCommit) -> tuple[VersionRecord, bool]:
+    """Commit atomically (rebasing over concurrent commits); on failure remove the shards.
+
+    (the record, True); or, when a version committed meanwhile covers any of the batch ends
+    this one covers (a concurrent or retried round won), (that version's record, False):
+    nothing was committed.
+    """
+    store = Store.from_config(store_root)
+    try:
+        record = commit_round(store, pending)
+    except AlreadyCoveredError as exc:
+        return covering_record(store, exc), False
     crash_point("round.after_version")
-    return record
+    return record, True
 
 
 def asset_key(dataset: str, version: int) -> str:

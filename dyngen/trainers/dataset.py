@@ -4,7 +4,8 @@
 it, a `torch.utils.data.DataLoader` included). Rows are the stored rows, verl's RL schema
 plus the provenance columns `_dyngen_version`, `_dyngen_round` and `_dyngen_generator`.
 Reading never copies old rows: shards are memory-mapped, and a newer version shares the
-shard files of its parent. After each training batch `on_batch_end` asks for a generation
+shard files of its parent. After each training batch `on_batch_end` writes the batch end
+into the dataset's inbox in the store (as its training run's step), asks for a generation
 round (a Prefect event, or the round inline) and maps whatever version is committed.
 """
 
@@ -35,6 +36,7 @@ from dyngen.filters.chain import check_prompt_key
 from dyngen.server.local import ensure_prefect_api
 from dyngen.store import Store, VersionRecord
 from dyngen.trainers.events import batch_end_payload, emit_batch_end, send_batch_end
+from dyngen.trainers.inbox_write import record_batch_end
 
 Mode = Literal["emit", "inline"]
 # Runs one round: (dataset, config=plain config, trigger=plain trigger) → the round's summary.
@@ -57,13 +59,18 @@ logger = logging.getLogger(__name__)
 
 
 class DyngenDataset:
-    """Rows of the newest committed version of `dataset`, growing as rounds commit."""
+    """Rows of the newest committed version of `dataset`, growing as rounds commit.
+
+    `run` names the training run whose batch ends `on_batch_end` records (default:
+    $DYNGEN_RUN, else "default"): a resumed run keeps its name, and its re-sent steps land
+    nothing twice; a new run needs a new one.
+    """
 
     def __init__(self, store_root: str | os.PathLike[str], dataset: str, *, mode: Mode = "emit",
                  config: Mapping[str, Any] | None = None, every_n_batches: int = 1,
                  metrics_fn: Callable[[Any], Mapping[str, float]] | None = None,
                  round_runner: RoundRunner | None = None, generate_on_start: bool = False,
-                 start_timeout: float = 600.0) -> None:
+                 start_timeout: float = 600.0, run: str | None = None) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode: expected one of {', '.join(MODES)}, found {mode!r}. "
                               "Use 'emit' (a Prefect server runs rounds) or 'inline'.")
@@ -75,6 +82,7 @@ class DyngenDataset:
         section = config.get("store") if isinstance(config, Mapping) else None
         self.store = Store.from_config({**dict(section or {}), "root": os.fspath(store_root)})
         self.name = dataset
+        self.run = run
         self.mode: Mode = mode
         self.every_n_batches = every_n_batches
         self.metrics_fn = metrics_fn
@@ -157,27 +165,35 @@ class DyngenDataset:
 
     # ---- growing ---------------------------------------------------------------------
     def on_batch_end(self, batch: Any = None, *, step: int | None = None,
-                     metrics: Mapping[str, float] | None = None, rollouts: str | None = None,
-                     event_id: str | None = None) -> str | dict[str, Any] | None:
-        """Count a finished training batch; every N batches ask for a round; then refresh.
+                     metrics: Mapping[str, float] | None = None, rollouts: Any = None,
+                     event_id: str | None = None,
+                     run: str | None = None) -> str | dict[str, Any] | None:
+        """Count a finished training batch; every N batches record it and ask for a round;
+        then refresh.
 
-        Returns the event id (emit mode), the round's summary (inline mode), or None when
-        this batch asks for nothing or the request failed. A failed request is logged and
-        training goes on; only an inline round that cannot start (an invalid config, a
-        generator or module that cannot be loaded) raises, as it would fail at every batch.
-        `step` defaults to the number of batches seen; `metrics` to `metrics_fn(batch)` when
-        a `metrics_fn` was given; `event_id` (the round's idempotency key) to a new UUID.
+        The batch end is first written into the dataset's inbox in the store, as step
+        `step` of training run `run` (default: the dataset's `run`), with its metrics and
+        rollouts (a JSONL file's path, or a list of JSON values); a store that cannot be
+        reached keeps it in a local retry queue. Returns the event id (emit mode), the
+        round's summary (inline mode), or None when this batch asks for nothing or the
+        request failed. A failed request is logged and training goes on; only an inline
+        round that cannot start (an invalid config, a generator or module that cannot be
+        loaded) raises, as it would fail at every batch. `step` defaults to the number of
+        batches seen; `metrics` to `metrics_fn(batch)` when a `metrics_fn` was given;
+        `event_id` (the round's idempotency key) to a new UUID.
         """
         self.batches += 1
         step = self.batches if step is None else int(step)
+        run = self.run if run is None else run
         result: str | dict[str, Any] | None = None
         if self.batches % self.every_n_batches == 0:
             if metrics is None and self.metrics_fn is not None:
                 metrics = self._metrics_of(batch, step)
             if self.mode == "emit":
-                result = emit_batch_end(self.name, step, metrics, rollouts, event_id=event_id)
+                result = emit_batch_end(self.name, step, metrics, rollouts, event_id=event_id,
+                                        store=self.store, run=run)
             else:
-                result = self._run_inline(step, metrics, rollouts, event_id)
+                result = self._run_inline(step, metrics, rollouts, event_id, run)
         try:
             self.refresh()
         except Exception as exc:  # a half-visible store must not stop training
@@ -201,8 +217,8 @@ class DyngenDataset:
         event_id = start_event_id(self.name, self._record)
         if self.store.find_idempotency_key(self.name, f"event:{event_id}") is not None:
             return event_id
-        if self.mode == "inline":
-            return self._run_inline(0, None, None, event_id)
+        if self.mode == "inline":  # a start round ends no training batch: nothing to record
+            return self._run_inline(0, None, None, event_id, record=False)
         delivery = send_batch_end(self.name, 0, event_id=event_id)
         if delivery.status != "sent":
             logger.warning("dyngen: the start round of %r was %s, not sent; training starts "
@@ -227,8 +243,19 @@ class DyngenDataset:
             return None
 
     def _run_inline(self, step: int, metrics: Mapping[str, float] | None,
-                    rollouts: str | None, event_id: str | None = None) -> dict[str, Any] | None:
-        trigger = batch_end_payload(step, metrics, rollouts, event_id)["trigger"]
+                    rollouts: Any, event_id: str | None = None, run: str | None = None,
+                    record: bool = True) -> dict[str, Any] | None:
+        """Run the round here: for the batch end recorded in the store first (`record`)."""
+        event_id, named = event_id or str(uuid.uuid4()), None
+        if record:
+            recorded = record_batch_end(self.store, self.name, run, step, metrics, rollouts,
+                                        event_id)
+            event_id, named = recorded.event_id, recorded.run
+            if recorded.status != "unrecorded":
+                metrics = recorded.metrics
+        if not isinstance(rollouts, (str, os.PathLike)):
+            rollouts = None  # rows travel in the store only; a trigger names a file
+        trigger = batch_end_payload(step, metrics, rollouts, event_id, run=named)["trigger"]
         try:
             ensure_prefect_api()  # without PREFECT_API_URL: a temporary server, started once
             runner = self.round_runner or default_round_runner()

@@ -1,11 +1,17 @@
 """The trainer hook: tell Prefect that a training batch ended, never stopping training.
 
+Given the store (`store=`), the batch end is first written into the dataset's inbox there
+(dyngen.trainers.inbox_write: one immutable entry per training run and step, its rollouts
+in the store; queued locally while the store cannot be reached), and only then is the
+event sent: a wake-up for a round, which reads the inbox.
+
 Event scheme (documented in the README; the deployment trigger matches on it):
   event     dyngen.batch.ended
   resource  prefect.resource.id = dyngen.dataset.<name>, dyngen.dataset = <name>
-  payload   {"trigger": {"event_id", "step", "metrics", "rollouts", "previous"}}
+  payload   {"trigger": {"event_id", "step", "metrics", "rollouts", "previous", "run"}}
 The trigger mapping is passed unchanged to `generation_round(trigger=...)`, which
-validates it; its event id becomes the round's idempotency key.
+validates it; its event id becomes the round's idempotency key. `run` (with a store only)
+names the training run whose inbox entry (run, step) the event is about.
 `previous` names the batch end sent before it (dyngen.trainers.chain), for step order.
 Events go out through `POST /api/events` (the server answers once it has taken them);
 one the server cannot take waits in the local outbox (`dyngen.trainers.outbox`) until it can.
@@ -17,12 +23,13 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dyngen.errors import ConfigError
 from dyngen.server.auth import AUTH_HINT
 from dyngen.trainers.chain import linked
+from dyngen.trainers.inbox_write import STORE_WAIT_SECONDS, Recorded, record_batch_end
 from dyngen.trainers.outbox import (
     FLUSH_BUDGET_SECONDS,
     LOCK_WAIT_SECONDS,
@@ -36,9 +43,11 @@ from dyngen.trainers.spread import finite
 EVENT_NAME = "dyngen.batch.ended"
 RESOURCE_PREFIX = "dyngen.dataset."
 DATASET_LABEL = "dyngen.dataset"
-# The longest an emit can take: waiting for another process's delivery, draining a backlog
-# within its budget, and the last batch's request. A dead server costs milliseconds.
-MAX_EMIT_SECONDS = LOCK_WAIT_SECONDS + FLUSH_BUDGET_SECONDS + SEND_TIMEOUT_SECONDS
+# The longest an emit can take: the store's write (with a store), waiting for another
+# process's delivery, draining a backlog within its budget, and the last batch's request.
+# A dead server costs milliseconds.
+MAX_EMIT_SECONDS = (STORE_WAIT_SECONDS + LOCK_WAIT_SECONDS + FLUSH_BUDGET_SECONDS
+                    + SEND_TIMEOUT_SECONDS)
 START_SERVER = "Start the server (`prefect server start` or `dyngen demo --keep-server`) to resume."
 LOCAL_API_URL = "http://127.0.0.1:4200/api"  # where `prefect server start` listens
 SET_API_URL = (f"Point the trainer at the Prefect server `dyngen serve` uses: export "
@@ -60,9 +69,11 @@ def resource_id(dataset: str) -> str:
 
 def batch_end_payload(step: int, metrics: Mapping[str, float] | None = None,
                       rollouts: str | None = None, event_id: str | None = None,
-                      previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      previous: Mapping[str, Any] | None = None,
+                      run: str | None = None) -> dict[str, Any]:
     """The event payload: the round's trigger, with an event id to make it idempotent (and
-    the batch end sent before it, when there is one)."""
+    the batch end sent before it, when there is one; and the training run whose inbox
+    entry it is, when it was recorded in the store)."""
     clean = {str(k): float(v) for k, v in (metrics or {}).items() if finite(v)}
     if rollouts is not None and "://" not in str(rollouts):
         # The round runs in another folder (or process) than the trainer: send the path
@@ -72,6 +83,8 @@ def batch_end_payload(step: int, metrics: Mapping[str, float] | None = None,
                "metrics": clean, "rollouts": rollouts}
     if previous is not None:
         trigger["previous"] = dict(previous)
+    if run is not None:
+        trigger["run"] = run
     return {"trigger": trigger}
 
 
@@ -87,18 +100,30 @@ def batch_end_event(dataset: str, payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None = None,
-                   rollouts: str | None = None, *, event_id: str | None = None,
-                   api_url: str | None = None) -> str | None:
-    """Emit `dyngen.batch.ended` for `dataset`; return the event id, or None if dropped.
+                   rollouts: Any = None, *, event_id: str | None = None,
+                   api_url: str | None = None, store: Any = None,
+                   run: str | None = None) -> str | None:
+    """Record a batch end of `dataset` and emit `dyngen.batch.ended`; return the event id,
+    or None if neither the store nor the server kept it.
 
-    Never raises and never waits more than a few seconds. An event the server cannot take
-    now waits in the local outbox (`dyngen.trainers.outbox`) and is delivered, in order, by the
-    next emit that reaches the server or by `dyngen emit --flush`; its id is returned
-    too. None means it was not kept: no server configured, or the outbox is full.
+    `store` (a root, a `Store`, or a config's store section): the batch end is first
+    written into the dataset's inbox there, as training run `run`'s step `step` (`run`:
+    else $DYNGEN_RUN, else "default"); `rollouts` (a JSONL file's path, a list of JSON
+    values, or a table) are copied into the store, so a round on any host reads them. A
+    re-sent (run, step) writes nothing, and its event carries the first one's id. A store
+    that cannot be reached keeps the batch end in a local retry queue, written by the next
+    emit to that store or by `dyngen emit --flush`. Without `store`, only the event.
+
+    Never raises and never waits more than a few seconds (MAX_EMIT_SECONDS). An event the
+    server cannot take now waits in the local outbox (`dyngen.trainers.outbox`) and is
+    delivered, in order, by the next emit that reaches the server or by `dyngen emit
+    --flush`; its id is returned too. None means it was not kept: no server configured,
+    or the outbox is full, and no store recorded it.
     """
     delivery = send_batch_end(dataset, step, metrics, rollouts, event_id=event_id,
-                              api_url=api_url)
-    return delivery.event_id if delivery.status != "dropped" else None
+                              api_url=api_url, store=store, run=run)
+    kept = delivery.status != "dropped" or delivery.inbox in ("written", "kept", "queued")
+    return delivery.event_id if kept else None
 
 
 @dataclass(frozen=True)
@@ -110,29 +135,58 @@ class BatchEndDelivery:
     delivered: int = 0
     pending: int = 0
     reason: str = ""  # why it was not sent (empty when it was)
+    # With a store: what became of the batch end there (`Recorded.status`: written, kept,
+    # queued or unrecorded), and the training run it is under; empty without a store.
+    inbox: str = ""
+    run: str | None = None
 
 
 def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None = None,
-                   rollouts: str | None = None, *, event_id: str | None = None,
-                   api_url: str | None = None) -> BatchEndDelivery:
-    """`emit_batch_end`, telling whether the event was sent, queued or dropped."""
-    global _server_down
+                   rollouts: Any = None, *, event_id: str | None = None,
+                   api_url: str | None = None, store: Any = None,
+                   run: str | None = None) -> BatchEndDelivery:
+    """`emit_batch_end`, telling whether the event was sent, queued or dropped, and what
+    became of the batch end in the store."""
     event_id = event_id or str(uuid.uuid4())
+    if store is None:
+        return _send(dataset, step, metrics, rollouts, event_id, api_url)
+    try:
+        recorded = record_batch_end(store, dataset, run, step, metrics, rollouts, event_id)
+    except Exception as exc:  # never expected (it logs its own failures): never raised
+        logger.warning("dyngen: batch end of %r step %s not recorded in the store: %s: %s",
+                       dataset, step, type(exc).__name__, exc)
+        recorded = Recorded("unrecorded", event_id, reason=str(exc))
+    if recorded.status != "unrecorded":
+        metrics = recorded.metrics
+    if not isinstance(rollouts, (str, os.PathLike)):
+        rollouts = None  # rows travel in the store only; an event names a file
+    sent = _send(dataset, step, metrics, rollouts, recorded.event_id, api_url, recorded)
+    return replace(sent, inbox=recorded.status, run=recorded.run)
+
+
+def _send(dataset: str, step: int, metrics: Mapping[str, float] | None, rollouts: Any,
+          event_id: str, api_url: str | None,
+          recorded: Recorded | None = None) -> BatchEndDelivery:
+    """Send the batch end's event (its trigger naming the run it was recorded under)."""
+    global _server_down
+    run = recorded.run if recorded is not None else None
+    in_store = recorded is not None and recorded.status != "unrecorded"
     try:
         from prefect.settings import PREFECT_API_URL
 
         url = api_url or PREFECT_API_URL.value()
         if not url:
-            _not_sent(dataset, step, "PREFECT_API_URL is not set", kept=False, fix=SET_API_URL)
+            _not_sent(dataset, step, "PREFECT_API_URL is not set", kept=False, fix=SET_API_URL,
+                      in_store=in_store)
             return BatchEndDelivery(event_id, "dropped")
         outbox = Outbox()
         with linked(outbox.folder(url), dataset, int(step)) as link:
-            payload = batch_end_payload(step, metrics, rollouts, event_id, link.previous)
+            payload = batch_end_payload(step, metrics, rollouts, event_id, link.previous, run)
             result = outbox.deliver(url, batch_end_event(dataset, payload))
             if result.status != "dropped":  # sent, or on its way: the next one names it
                 link.record(event_id, int(step))
     except Exception as exc:  # a trainer must never die because of bookkeeping
-        _not_sent(dataset, step, f"{type(exc).__name__}: {exc}", kept=False)
+        _not_sent(dataset, step, f"{type(exc).__name__}: {exc}", kept=False, in_store=in_store)
         return BatchEndDelivery(event_id, "dropped")
     if result.status == "sent":
         if _server_down:
@@ -160,12 +214,13 @@ def flush_outbox(api_url: str | None = None) -> Delivery:
 
 
 def _not_sent(dataset: str, step: int, why: str, *, kept: bool,
-              fix: str = START_SERVER) -> None:
+              fix: str = START_SERVER, in_store: bool = False) -> None:
     global _server_down
     if not _server_down:
         what = ("it waits in the outbox and is sent, in order, once the server takes it (the "
                 "next emit, or `dyngen emit --flush`)" if kept
-                else "no generation round runs for it")
+                else "the batch end is in the store's inbox, for the next round to cover"
+                if in_store else "no generation round runs for it")
         logger.warning("dyngen: batch-end event for dataset %r step %s was not sent: %s. "
                        "Training continues; %s. %s", dataset, step, why, what, fix)
         _server_down = True

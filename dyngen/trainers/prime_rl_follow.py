@@ -15,11 +15,13 @@ What prime-rl's orchestrator writes, read from its source (prime_rl/monitors/fil
 lines and episodes: one batch end per training step, its metrics, its effective episodes
 as dyngen rollouts (each trace's prompt, weighted reward and the task's `answer`, mapped
 to the dataset's row by the task's own fields), nothing emitted twice across restarts of
-the follower or of prime-rl. It reads JSON only: it needs neither prime-rl nor verifiers.
+the follower or of prime-rl. The training run's id (`--run`) defaults to the output_dir's
+name (prime-rl's run) and path. It reads JSON only: it needs neither prime-rl nor verifiers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -84,6 +86,12 @@ class PrimeRLFollower(VerlFollower):
         if self.rollout_dir is None and self.with_rollouts:
             self.rollout_dir = Path(self.metrics_path).parent
         super().__post_init__()
+
+    def _default_run_id(self) -> str:
+        """The output_dir's name (the run's), with a hash of its path."""
+        folder = Path(self.metrics_path).resolve().parent
+        digest = hashlib.sha256(str(folder).encode()).hexdigest()[:10]
+        return f"{self.dataset}-{folder.name}-{digest}"
 
     def _training_step(self, record: dict[str, Any]) -> StepMetrics | None:
         return training_step(record)

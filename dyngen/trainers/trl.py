@@ -8,6 +8,10 @@
   adds the batch's reward spread to the metrics (dyngen.trainers.spread): the share of
   prompts whose rewards are all equal (TRL's `frac_reward_zero_std`, computed from the
   completions where it is not logged) and the mean spread of each prompt's rewards.
+  Each step's batch end goes first into the dataset's inbox in the store, as a step of
+  the training run: `run_id` if given, else TRL's `args.run_name` (else the output_dir's
+  name) with a suffix drawn when the run starts fresh, kept in `output_dir` so that a run
+  resumed from a checkpoint keeps it and lands none of its re-logged steps twice.
 - `FollowingDataset` is a `datasets.IterableDataset` over the newest committed version:
   a seeded permutation per pass, with rows committed meanwhile served first, so a round's
   rows are drawn within a block or two. Each block of `block_rows` rows reads the version
@@ -97,7 +101,8 @@ class DyngenCallback(TrainerCallback):
             logger.warning("dyngen: step %d's completions not read or written (%s: %s); the "
                            "round is asked for without them", step, type(exc).__name__, exc)
         self.results[step] = self.source.on_batch_end(
-            step=step, metrics=metrics, rollouts=rollouts, event_id=event_id_for(run, step))
+            step=step, metrics=metrics, rollouts=rollouts, event_id=event_id_for(run, step),
+            run=run)
 
     def _write_rollouts(self, run: str, step: int,
                         scored: list[tuple[Any, float | None]]) -> str | None:

@@ -11,8 +11,12 @@ Name it in verl's config (this module imports verl; `import dyngen` never does):
     +data.dyngen.config={...}                # inline mode: the round's dyngen config
     +data.dyngen.generate_on_start=true      # one round before the first batch (default false)
     +data.dyngen.start_timeout=600           # emit mode: seconds to wait for that round
+    +data.dyngen.run=my-run                  # the training run (default: trainer.experiment_name)
 
-The first run imports `data.train_files` as version 0; every later run resumes from the
+Each batch end goes into the dataset's inbox in the store as a step of the training run
+`data.dyngen.run` (default: verl's `trainer.experiment_name`, else $DYNGEN_RUN): a run
+resumed under its name lands none of its re-sent steps twice, and a new run needs a new
+name. The first run imports `data.train_files` as version 0; every later run resumes from the
 newest committed version, generated rows included, and does not re-read the files.
 verl 0.9.1 calls `train_dataset.on_batch_end(batch=batch)` only in its legacy trainer
 (`trainer.use_v1=false`, `RayPPOTrainer.fit`) and in the experimental separation trainer;
@@ -103,7 +107,7 @@ class VerlDyngenDataset(RLHFDataset):
                 cfg["root"], cfg["dataset"], mode=cfg["mode"],
                 every_n_batches=cfg["every_n_batches"],
                 generate_on_start=cfg["generate_on_start"], start_timeout=cfg["start_timeout"],
-                config=_round_config(cfg, self.config, self.tokenizer)
+                run=cfg["run"], config=_round_config(cfg, self.config, self.tokenizer)
                 if cfg["mode"] == "inline" else None)
         else:
             self.source.refresh()
@@ -247,7 +251,20 @@ def _settings(config: Any) -> dict[str, Any]:
             "every_n_batches": plain.get("every_n_batches", 1),
             "generate_on_start": plain.get("generate_on_start", False),
             "start_timeout": plain.get("start_timeout", 600.0),
+            "run": _training_run(config, plain.get("run")),
             "config": plain.get("config") or {}}
+
+
+def _training_run(config: Any, run: Any) -> str | None:
+    """`data.dyngen.run`, else verl's `trainer.experiment_name` (from the whole config the
+    data section belongs to), else None ($DYNGEN_RUN, or dyngen's default)."""
+    if run is not None:
+        return str(run)
+    try:
+        found = OmegaConf.select(config._get_root(), "trainer.experiment_name")
+    except Exception:  # a plain dict, or a section verl passed on its own
+        return None
+    return str(found) if found not in (None, "") else None
 
 
 def _is_train(data_files: Any, config: Any) -> bool:

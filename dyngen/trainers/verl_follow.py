@@ -10,11 +10,16 @@ the follower adds `dyngen/zero_spread_share` and `dyngen/reward_spread`
 (dyngen.trainers.spread), counting the groups verl's DAPO filter (`algorithm.filter_groups`)
 evicted or discarded before the dump where its metrics report them.
 
-Exactly once per step, across restarts of the follower and of verl: the event id is
-derived from the run id and the step (the round's idempotency key), and the last step
-emitted is kept in `<run folder>/follow.json`, so a step a restarted trainer logs again is
-not emitted again. Events go through `emit_batch_end`'s outbox: none is lost while the
-server is down. This module never imports verl.
+Each step's batch end is written into the dataset's inbox in the store first, rollouts
+included, as a step of the training run `run_id` (default: from the metrics file's name,
+which is verl's `trainer.experiment_name` unless VERL_FILE_LOGGER_PATH names another, and
+its path); then its event is sent. Exactly once per step, across restarts of the follower
+and of verl: the store keeps one entry per (run, step), the event id is derived from the
+run id and the step (the round's idempotency key), and the last step emitted is kept in
+`<run folder>/follow.json`, so a step a restarted trainer logs again is not emitted again.
+Events go through `emit_batch_end`'s outbox, batch ends the store cannot take through its
+retry queue: none is lost while the server or the store is down. This module never
+imports verl.
 """
 
 from __future__ import annotations
@@ -103,6 +108,7 @@ class VerlFollower:
     rollout_wait_seconds: float = 60.0
     settle_seconds: float = 0.5
     api_url: str | None = None
+    store: Any = None  # the Store at store_root (with its storage options); None: opened here
     emitted: list[StepMetrics] = field(default_factory=list)  # this process's, in order
 
     def __post_init__(self) -> None:
@@ -110,15 +116,20 @@ class VerlFollower:
                 or self.every_n_steps < 1:
             raise ConfigError(f"--every-n-steps: expected an integer >= 1, found "
                               f"{self.every_n_steps!r}.")
-        self.store = Store(self.store_root)
+        if self.store is None:
+            self.store = Store(self.store_root)
         self.store.head(self.dataset)  # fails now, naming the store, if it does not exist
         self.metrics_path = Path(self.metrics_path)
-        self.run_id = self.run_id or default_run_id(self.dataset, self.metrics_path)
+        self.run_id = self.run_id or self._default_run_id()
         self.folder = rollouts_dir(self.store.root, self.dataset, self.run_id)
         self.tail = MetricsTail(self.metrics_path)
         self.last_step = self._load_state()
         self._waiting: deque[tuple[StepMetrics, float]] = deque()  # steps awaiting rollouts
         self._prompts = PromptIndex(self.store, self.dataset) if self.rollout_dir else None
+
+    def _default_run_id(self) -> str:
+        """The training run's id when none is given (verl: its experiment's file)."""
+        return default_run_id(self.dataset, self.metrics_path)
 
     # ---- the loop ------------------------------------------------------------------
     def run(self, poll_seconds: float = 1.0, stop_after_idle: float | None = None) -> None:
@@ -206,8 +217,8 @@ class VerlFollower:
         metrics = {**trigger_metrics(step.metrics, MAX_METRICS - len(spread)), **spread}
         sent = send_batch_end(self.dataset, step.step, metrics, rollouts,
                               event_id=event_id_for(str(self.run_id), step.step),
-                              api_url=self.api_url)
-        if sent.status == "dropped":
+                              api_url=self.api_url, store=self.store, run=str(self.run_id))
+        if sent.status == "dropped" and sent.inbox not in ("written", "kept", "queued"):
             logger.warning("dyngen follow: step %d's batch end was dropped (see above)",
                            step.step)
         self.last_step = step.step

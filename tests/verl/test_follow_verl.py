@@ -30,7 +30,7 @@ from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.server.local import LocalServer, spawn, stop
 from dyngen.store import Store, verify
 from tests.e2e.conftest import DYNGEN, REPO, env_for
-from tests.e2e.test_triggered_rounds import finished_runs, serving, wait_for_versions
+from tests.e2e.test_triggered_rounds import finished_runs, serving
 from tests.rows import verl_rows
 from tests.support import server_steps
 
@@ -123,6 +123,18 @@ def wait_for_state(folder: Path, step: int, timeout: float = 120.0) -> None:
     raise AssertionError(f"follow did not reach step {step}")
 
 
+def wait_for_covered(store: Store, count: int, log: Path, timeout: float = 900.0) -> None:
+    """Until the inbox holds `count` batch ends and versions cover them all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fresh = Store(store.root)
+        if len(fresh.batch_ends(NAME)) >= count and not fresh.pending(NAME):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the rounds did not cover {count} batch ends; serve's log:\n"
+                         f"{log.read_text()[-3000:]}")
+
+
 def test_follow_emits_one_batch_end_per_verl_step_with_metrics_and_rollouts(
         own_server: LocalServer, tmp_path: Path, qwen_tokenizer: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,32 +173,37 @@ def test_follow_emits_one_batch_end_per_verl_step_with_metrics_and_rollouts(
                 trainer.step(step, dump_late=step == 16)
             wait_for_state(run_folder, 20)
             trainer.stop()
-            history = wait_for_versions(store, NAME, 20, log, timeout=900)
+            wait_for_covered(store, 20, log)
             finished_runs(own_server, NAME, 20, timeout=300)
         finally:
             stop(follow)
 
-    # One batch end per step reached the server, and one round committed per step.
+    # One batch end per step reached the server and the store's inbox, and the rounds
+    # covered each exactly once (a round covers every batch end pending when it starts).
     assert sorted(server_steps(own_server.api_url, NAME, 20)) == list(range(1, 21))
-    assert len(history) == 21 and verify(store, NAME) == []
-    triggers = {rec.lineage["trigger"]["step"]: rec.lineage["trigger"] for rec in history[1:]}
-    assert sorted(triggers) == list(range(1, 21))
+    assert verify(store, NAME) == []
+    entries = {e.step: e for e in Store(store.root).batch_ends(NAME)}
+    assert sorted(entries) == list(range(1, 21)) and {e.run for e in entries.values()} == \
+        {"exp1"}
+    covered = [key for rec in store.history(NAME)[1:] for key in rec.covers]
+    assert sorted(covered) == [("exp1", s) for s in range(1, 21)]
     questions = {r["prompt"][-1]["content"]: r for r in rows}
     default_rollouts = RolloutsPolicy.from_config(load_config(
         overrides=[f"store.root={store.root}"]))
-    for step, trigger in triggers.items():
-        assert trigger["metrics"]["critic/score/mean"] == pytest.approx(step / 100)
-        assert trigger["metrics"]["training/global_step"] == step
-        assert not any(k.startswith("val-") for k in trigger["metrics"])
-        path = Path(trigger["rollouts"])
-        assert path.is_relative_to(store.root / "rollouts" / NAME), path
-        records = [json.loads(line) for line in path.read_text().splitlines()]
+    for step, entry in entries.items():
+        assert entry.metrics["critic/score/mean"] == pytest.approx(step / 100)
+        assert entry.metrics["training/global_step"] == step
+        assert not any(k.startswith("val-") for k in entry.metrics)
+        records = store.read_rollouts(entry)  # from the store: a worker on any host reads it
         assert len(records) == SAMPLES
         for rec in records:  # the dataset's own prompt messages, not verl's decoded text
             row = questions[rec["prompt"][-1]["content"]]
             assert rec["prompt"] == row["prompt"]
             assert rec["ground_truth"] == row["reward_model"]["ground_truth"]
-        # The proposer's hard-seed selection reads it, confined to the default folder.
+        # The proposer's hard-seed selection reads the step's file, confined to the
+        # default folder.
+        path = run_folder / f"step-{step:08d}.jsonl"
+        assert [json.loads(x) for x in path.read_text().splitlines()] == records
         seeds = seeds_from_rollouts(default_rollouts.read(str(path)), 1)
         assert seeds and seeds[0].question in questions
     follow_log = (tmp_path / "follow.log").read_text()
