@@ -11,18 +11,15 @@ after `gc`, nothing is an orphan.
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dyngen.faults import CRASH_ENV
 from dyngen.store import Store, gc, verify
 from tests.rows import verl_rows
+from tests.store.forking import killed
 
 ROLLOUTS = [{"prompt": f"Question {i}: " + "x" * 300, "score": i % 2} for i in range(200)]
 WRITE_POINTS = ("inbox.after_rollouts_write", "inbox.before_link", "inbox.after_link")
@@ -40,34 +37,6 @@ def covering_round(root: Path) -> None:
                  idempotency_key="round:1", compact=False)
 
 
-def killed(root: Path, operation, *, point: str | None = None,
-           delay: float | None = None) -> bool:
-    """Fork a child running `operation(root)`; it dies at `point` or after `delay`.
-    Whether it died (rather than finishing first)."""
-    pid = os.fork()
-    if pid == 0:  # the child: no cleanup of any kind, exactly as a killed process
-        status = 0
-        try:
-            if point is not None:
-                os.environ[CRASH_ENV] = point
-            operation(root)
-        except BaseException:
-            status = 1
-        os._exit(status)
-    if delay is not None:
-        time.sleep(delay)
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 120
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the child hung")
-        time.sleep(0.01)
-    status = done[1]
-    died = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    assert died or (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0), status
-    return died
 
 
 def clean(root: Path) -> None:

@@ -9,19 +9,17 @@ same idempotency key) lands exactly once, and after `gc` nothing on disk is an o
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dyngen.faults import CRASH_ENV, CRASH_POINTS, STORE_CRASH_POINTS
+from dyngen.faults import CRASH_POINTS, STORE_CRASH_POINTS
 from dyngen.store import Store, gc, verify
 from dyngen.store.retention import live_files
 from tests.rows import verl_rows
+from tests.store.forking import killed
 
 OLD_HEAD = 4
 OLD_ROWS = [0, 1, 2, 3]
@@ -67,30 +65,8 @@ def killed_writer(root: Path, operation: str, *, point: str | None = None,
                   delay: float | None = None) -> bool:
     """Fork a writer running `operation`; it dies at `point` or is killed after `delay`.
     Whether it died (rather than finishing first)."""
-    pid = os.fork()
-    if pid == 0:  # the child: no cleanup of any kind, exactly as a killed process
-        status = 0
-        try:
-            if point is not None:
-                os.environ[CRASH_ENV] = point
-            operate(root, operation)
-        except BaseException:
-            status = 1
-        os._exit(status)
-    if delay is not None:
-        time.sleep(delay)
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 120  # a child that hangs is a failure, not a stuck suite
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail(f"the writer running {operation} hung")
-        time.sleep(0.01)
-    status = done[1]
-    died = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    assert died or (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0), status
-    return died
+    return killed(root, lambda r: operate(r, operation), point=point, delay=delay,
+                  what=f"the writer running {operation}")
 
 
 def indices(store: Store, version: int | None = None) -> list[int]:
