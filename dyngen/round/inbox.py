@@ -12,9 +12,16 @@ covered them. With nothing pending a round is what it always was: its trigger al
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from dyngen.errors import AlreadyCoveredError, BatchEndError, CorruptionError, RolloutsError
+from dyngen.errors import (
+    AlreadyCoveredError,
+    BatchEndError,
+    CorruptionError,
+    RolloutsError,
+    describe_batch_end,
+)
 from dyngen.round.context import RoundBatchEnd
 from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.store import Store, VersionRecord
@@ -45,10 +52,8 @@ def _with_rollouts(store: Store, entry: BatchEnd, policy: RolloutsPolicy) -> Rou
         policy.check_size(entry.rollouts.bytes, where)
         rollouts = policy.parse(store.rollouts_bytes(entry), where)
     except (RolloutsError, BatchEndError, CorruptionError) as exc:
-        return RoundBatchEnd(found.run, found.step, found.metrics, found.written_at,
-                             found.event_id, rollouts_error=str(exc))
-    return RoundBatchEnd(found.run, found.step, found.metrics, found.written_at,
-                         found.event_id, tuple(rollouts))
+        return replace(found, rollouts_error=str(exc))
+    return replace(found, rollouts=tuple(rollouts))
 
 
 def covering_record(store: Store, exc: AlreadyCoveredError) -> VersionRecord:
@@ -78,9 +83,7 @@ def rollouts_errors(batch_ends: Sequence[RoundBatchEnd]) -> list[dict[str, Any]]
 
 
 # ---- words -------------------------------------------------------------------------------
-def describe(key: tuple[str, int]) -> str:
-    """A batch end in messages: `run 'a' step 3`."""
-    return f"run {key[0][:80]!r} step {key[1]}"
+describe = describe_batch_end  # a batch end in messages: `run 'a' step 3`
 
 
 def covers_text(covers: Iterable[Sequence[Any]] | Mapping[str, Any]) -> str:
