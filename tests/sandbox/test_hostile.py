@@ -24,10 +24,13 @@ TIMEOUT = 1.5
 
 
 def _processes() -> set[int]:
-    """The worker's descendants and every process of the sandbox's uid on the machine (the
-    machine is shared: other processes come and go)."""
+    """The worker's descendants, and every process of the sandbox's uid that no process of
+    another uid started (one that escaped its sandbox, reparented to init). The sandboxes of
+    the other pytest worker run under the same uid, but each below that worker, so they are
+    not counted here (a round of another worker's started during this test was counted as
+    left behind: CI, pid 8000)."""
     parents: dict[int, int] = {}
-    mine: set[int] = set()
+    uids: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -37,16 +40,20 @@ def _processes() -> set[int]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         parents[int(entry)] = int(fields["PPid"])
-        if int(fields["Uid"].split()[0]) == SANDBOX_UID:
-            mine.add(int(entry))
-    for pid in parents:
-        p = pid
-        while p > 1:
-            p = parents.get(p, 0)
-            if p == os.getpid():
-                mine.add(pid)
-                break
-    return mine
+        uids[int(entry)] = int(fields["Uid"].split()[0])
+
+    def ancestors(pid: int) -> Iterator[int]:
+        seen = {pid}
+        while (pid := parents.get(pid, 0)) > 1 and pid not in seen:
+            seen.add(pid)
+            yield pid
+
+    def counted(pid: int) -> bool:
+        chain = list(ancestors(pid))
+        escaped = all(uids.get(p) == SANDBOX_UID for p in [pid, *chain])
+        return os.getpid() in chain or escaped
+
+    return {pid for pid in parents if counted(pid)}
 
 
 @dataclass
