@@ -213,7 +213,10 @@ def _call(request: dict) -> dict:
 
 def _child(setup: dict, request: dict, body: bytearray, report: int, output: int) -> None:
     """The run's process: only its output and report pipes, unprivileged, limited. It reads
-    the request's body (program, argument, limits, env) itself, on its own heap."""
+    the request's body (program, argument, limits, env) itself, on its own heap. A failure
+    of its own (setting up, reporting) is reported as "crashed" with its error, never an
+    exit without a report (CI once saw one, exit status 0, cause unknown)."""
+    where = report  # the report's fd: 3 once it is moved there
     try:
         request = {**request, **_literal(bytes(body).decode())}
         os.setsid()
@@ -222,6 +225,7 @@ def _child(setup: dict, request: dict, body: bytearray, report: int, output: int
         os.dup2(output, 1)
         os.dup2(output, 2)
         os.dup2(report, 3)
+        where = 3
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         os.chdir(setup["tmp"])
         os.environ.clear()
@@ -242,6 +246,9 @@ def _child(setup: dict, request: dict, body: bytearray, report: int, output: int
             with contextlib.suppress(BaseException):  # the program's stream may be broken
                 stream.flush()
         _write_frame(3, result)
+    except BaseException as error:
+        with contextlib.suppress(BaseException):
+            _write_frame(where, _failure("crashed", error))
     finally:
         os._exit(0)
 

@@ -1,36 +1,15 @@
-"""Which process holds a round: an identity that names one process of one machine, ever,
-and whether that process is gone.
-
-A round labels its flow run with it (`PROCESS_LABEL`) while it holds its dataset's slot
-(dyngen.round.slot) or waits for an earlier step (dyngen.round.step_order), so a waiting
-round on the same machine can tell a dead holder from a live one and free what it held.
+"""Which process is which: an identity that names one process of one machine, ever, and
+whether that process is gone. A PostgreSQL cluster's users (dyngen.server.postgres) and a
+dataset's serve (dyngen.runtime.serve_lease) record it, so a later process on the same
+machine can tell a dead holder from a live one at once.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-PROCESS_LABEL = "dyngen.round.process"
-# The state a run left when its process gave its place back (dyngen.round.step_order): the
-# process label names that process only while the run is still in that state.
-LEFT_LABEL = "dyngen.round.left_state"
 _DEAD = ("Z", "X")  # /proc states of a process that has exited (zombie, dead)
-
-
-def holder_labels() -> dict[str, str]:
-    """The labels by which a process says it now answers for its run."""
-    return {PROCESS_LABEL: this_process(), LEFT_LABEL: ""}
-
-
-def holder_of(run: Any) -> str:
-    """The identity of the process answering for a flow run ("" when none can be told)."""
-    labels = run.labels or {}
-    left = str(labels.get(LEFT_LABEL) or "")
-    if left and left != str(run.state_id):
-        return ""  # it gave its place back and runs again: its new process has not said so yet
-    return str(labels.get(PROCESS_LABEL) or "")
 
 
 def this_process() -> str:
