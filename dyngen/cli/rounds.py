@@ -148,8 +148,15 @@ def serve_(
     max_round_seconds: Annotated[float | None, typer.Option(
         min=1, help="fork: kill a round running longer, its run TimedOut (default: "
                     "(round.retries + 1) x round.timeout_seconds + 300).")] = None,
+    catch_up_seconds: Annotated[float, typer.Option(
+        min=0, help="With --dataset: a catch-up round this often, covering batch ends "
+                    "pending in the store whose event never came (0: none).")] = 60.0,
 ) -> None:
-    """Serve the generation round with its batch-end event trigger until interrupted."""
+    """Serve the generation round with its batch-end event trigger until interrupted.
+
+    One serve per dataset: a second `dyngen serve` of a dataset (or of every dataset, while
+    one of its datasets is served) is refused, naming the serve that holds it. Needs a
+    Prefect server of your own (PREFECT_API_URL)."""
     from dyngen.config import round_params
     from dyngen.config.generator_choice import require_generator
     from dyngen.config.preflight import check_before_start
@@ -171,7 +178,7 @@ def serve_(
 
     serve_rounds(dataset, params, every_n_batches,
                  isolation=isolation, poll_seconds=poll_seconds,
-                 max_round_seconds=max_round_seconds)
+                 max_round_seconds=max_round_seconds, catch_up_seconds=catch_up_seconds)
 
 
 def demo(

@@ -125,12 +125,6 @@ RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         "round.retry_delay_seconds=2.0",
     ),
     ("round.timeout_seconds", lambda v: v > 0, "a number > 0", "round.timeout_seconds=600"),
-    (
-        "round.order_wait_seconds",
-        lambda v: v >= 0,
-        "a number >= 0 (0: a round does not wait for earlier steps)",
-        "round.order_wait_seconds=900",
-    ),
     ("round.partitions", lambda v: v >= 1, "an integer >= 1", "round.partitions=4"),
     (
         "round.task_runner.kind",

@@ -59,8 +59,19 @@ def wrap(exc: OmegaConfBaseException, source: str) -> ConfigError:
     )
 
 
+# Keys a release removed, and why: a config that still sets one is told so, not guessed at.
+REMOVED_KEYS = {
+    "round.order_wait_seconds": "rounds no longer wait for earlier steps: each round covers "
+                                "every batch end pending in the store, which keeps each "
+                                "training run's steps in order",
+}
+
+
 def unknown_key(full: str, prefix: str, known: list[str], source: str) -> ConfigError:
     """Build the error for a key the schema does not have, suggesting the closest one."""
+    if full in REMOVED_KEYS:
+        return ConfigError(f"{full} was removed: {REMOVED_KEYS[full]}; expected no {full}, "
+                           f"found it ({source}). Delete it.")
     name = full[len(prefix) :]
     section = prefix.rstrip(".") or "the top level"
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)

@@ -147,9 +147,6 @@ class RoundConfig:
     retries: int = 2
     retry_delay_seconds: float = 2.0
     timeout_seconds: float = 600.0
-    # A round first waits for its dataset's rounds of earlier steps that have not ended
-    # (dyngen.round.step_order), at most this long from its first wait; 0: it does not wait.
-    order_wait_seconds: float = 900.0
     dedup: bool = True
     near_duplicate: NearDuplicateConfig = field(default_factory=NearDuplicateConfig)
     semantic_duplicate: SemanticDuplicateConfig = field(

@@ -1,17 +1,17 @@
 """The generation round: load → generate → filter → concat → version, one flow run each.
 
 The flow reads as the round's diagram. Before its stages, `admitted` (dyngen.round.admission)
-checks what the round is asked, keeps its dataset's step order, holds the dataset's slot
-and answers whether the round's trigger already committed a version: a retried or
-re-delivered round lands once. The round covers every batch end its dataset's inbox holds
-that the head it loaded does not (dyngen.round.inbox): it ends at once if a version covers
-its trigger's own, and commits nothing if another round covers them first. The filter
+checks what the round is asked and answers whether the round's trigger already committed a
+version: a retried or re-delivered round lands once. The round covers every batch end its
+dataset's inbox holds that the head it loaded does not (dyngen.round.inbox): it ends at
+once if a version covers its trigger's own (or, a catch-up round, if nothing is pending),
+and commits nothing if another round covers them first. The filter
 stage runs the whole chain, the expensive solve-rate filter last. After its version is
 committed and published, the round compacts the head's small shards if the store's policy
 asks (`round.compaction`); that never fails a committed round.
 
-A run is named `<dataset>-step-<N>` while it waits for its dataset's slot, and
-`<dataset>-v<version>` once it knows the version it makes (dyngen.round.run_names).
+A run is named `<dataset>-step-<N>` until it knows the version it makes, then
+`<dataset>-v<version>` (dyngen.round.run_names).
 Prefect records its parameters with any credential in `store.storage_options` redacted
 (dyngen.round.redaction); a run of a deployment, whose parameters Prefect keeps as given,
 is refused if they hold one, and fails at once if they name no generator.
@@ -27,7 +27,6 @@ from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params, vector_params
 from dyngen.round import compaction_policy
 from dyngen.round.admission import admitted
-from dyngen.round.inbox import covers_text
 from dyngen.round.lineage import log_line
 from dyngen.round.redaction import redacting_flow
 from dyngen.round.run_names import waiting_run_name
@@ -60,23 +59,26 @@ def generation_round(
         if rnd.committed is not None:
             return _already_committed(rnd.committed, rnd.store)
         cfg, where, timings = rnd.cfg, rnd.where, rnd.timings
-        with timed(timings, "load"):  # the head, and the batch ends it does not cover
-            data, parent, batch_ends = load_dataset(where, dataset, rnd.rollouts)
-        if (covering := rnd.covering(parent)) is not None:
-            return _covered(covering, rnd.store, rnd.trigger.batch_end)
-        context = rnd.context(parent, batch_ends)
-        with timed(timings, "generate"):
-            rows, generator, fanned_out = generate_all(cfg, data, context)
-        with timed(timings, "filter"):  # every filter of the chain, the solve rate last
-            outcome = filter_generated(cfg, parent, rows, context)
-        lineage = rnd.lineage(context, generator, len(rows), outcome, fanned_out)
-        with stage("concat"):
-            pending = concat_rows(where, context, outcome, generator["name"], lineage,
-                                  index_params(cfg), vector_params(cfg))
-        with stage("version"):  # or the version that covered its batch ends meanwhile
-            record, created = commit_version(where, pending)
-        if not created:
-            return _covered(record, rnd.store, None, [b.key for b in batch_ends])
+        while True:  # again only if a rival covered some of its batch ends, not its own
+            with timed(timings, "load"):  # the head, and the batch ends it does not cover
+                data, parent, batch_ends = load_dataset(where, dataset, rnd.rollouts)
+            if (done := rnd.nothing_to_do(parent, batch_ends)) is not None:
+                return _nothing_new(done, rnd.store)
+            context = rnd.context(parent, batch_ends)
+            with timed(timings, "generate"):
+                rows, generator, fanned_out = generate_all(cfg, data, context)
+            with timed(timings, "filter"):  # every filter of the chain, the solve rate last
+                outcome = filter_generated(cfg, parent, rows, context)
+            lineage = rnd.lineage(context, generator, len(rows), outcome, fanned_out)
+            with stage("concat"):
+                pending = concat_rows(where, context, outcome, generator["name"], lineage,
+                                      index_params(cfg), vector_params(cfg))
+            with stage("version"):  # or the version that covered its batch ends meanwhile
+                record, created = commit_version(where, pending)
+            if created:
+                break
+            if not rnd.again(record, batch_ends):
+                return _nothing_new(record, rnd.store)
     get_run_logger().info(log_line(record))
     _publish(record, rnd.store)
     crash_point("round.after_lineage")
@@ -91,20 +93,6 @@ def _already_committed(done: VersionRecord, store: Store) -> dict[str, Any]:
     return _nothing_new(done, store)
 
 
-def _covered(done: VersionRecord, store: Store, key: tuple[str, int] | None,
-             lost: list[tuple[str, int]] | None = None) -> dict[str, Any]:
-    """`done` covers the trigger's batch end (`key`), or some of the batch ends this round
-    was about to cover (`lost`: a concurrent or retried round committed first)."""
-    if key is not None:
-        get_run_logger().info("batch end run %s step %d is covered by version %d; nothing "
-                              "to do", key[0], key[1], done.version)
-    else:
-        get_run_logger().info("the batch ends this round covers (%s) were covered meanwhile, "
-                              "by version %d; nothing committed", covers_text(lost or ()),
-                              done.version)
-    return _nothing_new(done, store)
-
-
 def _nothing_new(done: VersionRecord, store: Store) -> dict[str, Any]:
     """The summary of `done`, not made by this run; published if its run could not."""
     if done.version == store.head_version(done.dataset):
@@ -114,7 +102,7 @@ def _nothing_new(done: VersionRecord, store: Store) -> dict[str, Any]:
 
 
 def _compact(cfg: Any, dataset: str) -> list[int]:
-    """Compact after the commit, outside the round's slot; a failure is only a warning."""
+    """Compact after the commit; a failure is only a warning."""
     if not cfg.round.compaction.enabled:
         return []
     try:

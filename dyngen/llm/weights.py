@@ -26,6 +26,7 @@ from typing import Any
 
 from dyngen.errors import ConfigError, MissingDependencyError
 from dyngen.llm.checkpoints import MODEL_CONFIG, newest_checkpoint, policy_step
+from dyngen.locations import user_cache
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +156,7 @@ def load_weights(cfg: dict[str, Any]) -> Loaded:
 def _load(cfg: dict[str, Any], folder: Path, gguf: str | None,
           identity: tuple[Any, ...]) -> Loaded:
     require("torch", "accelerate")
-    cache = Path(str(cfg.get("cache_dir") or Path(os.environ.get(
-        "XDG_CACHE_HOME", Path.home() / ".cache")) / "dyngen" / "models")).expanduser()
+    cache = Path(str(cfg.get("cache_dir") or user_cache("models"))).expanduser()
     source = converted_folder(folder / gguf, cache) if gguf else folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

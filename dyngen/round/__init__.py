@@ -58,46 +58,13 @@ def round_inputs(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
 
 
 def committed_for(store: Store, dataset: str, trigger: Trigger) -> VersionRecord | None:
-    """The version a round with this trigger already committed, if any (its idempotency):
-    the one of its key, else the one of its step (a batch end sent again by a trainer
-    resumed from a checkpoint has a new event id, and the same step). A trigger that names
-    its training run is not looked up by step (another run has the same steps): whether
-    its batch end is covered is the store's to say (dyngen.round.inbox)."""
+    """The version a round with this trigger already committed, if any (its idempotency key:
+    the event id, else the dataset and step). Whether a batch end of a training run is
+    covered is the store's inbox's to say (dyngen.round.inbox); a trainer that records its
+    batch ends in the store (`emit_batch_end(store=...)`) lands a re-sent step once
+    whatever its event id."""
     key = trigger.idempotency_key(dataset)
-    found = store.find_idempotency_key(dataset, key) if key else None
-    if found is None and trigger.step is not None and trigger.run is None:
-        found = committed_step(store, dataset, trigger.step)
-    return found
-
-
-def committed_step(store: Store, dataset: str, step: int) -> VersionRecord | None:
-    """The version a round of training step `step` committed, if any.
-
-    A dataset's rounds commit in the order of their steps (dyngen.round.step_order), so the
-    log is read from the head down only until a round of an earlier step: a new step costs
-    a record or two, a step sent again as many as the rounds committed since.
-    """
-    for found, record in stepped_rounds(store, dataset):
-        if found <= step:
-            return record if found == step else None
-    return None
-
-
-def last_step(store: Store, dataset: str) -> int | None:
-    """The training step of the dataset's latest round that has one."""
-    return next((step for step, _ in stepped_rounds(store, dataset)), None)
-
-
-def stepped_rounds(store: Store, dataset: str) -> Iterator[tuple[int, VersionRecord]]:
-    """(trigger step, record) of the dataset's rounds that have a step, newest first."""
-    version = store.head_version(dataset)
-    while version is not None and version > 0:
-        record = store.record(dataset, version)
-        trigger = record.lineage.get("trigger") if record.operation == "append" else None
-        found = trigger.get("step") if isinstance(trigger, dict) else None
-        if isinstance(found, int) and not isinstance(found, bool):
-            yield found, record
-        version -= 1
+    return store.find_idempotency_key(dataset, key) if key else None
 
 
 # ---- stages ---------------------------------------------------------------------------

@@ -2,11 +2,11 @@
 
 `admitted(...)` checks what the round is asked (the config, the trigger, the generator a
 deployment must name, credentials a deployment's parameters must not hold, what the
-config names loads), waits for its dataset's earlier steps (dyngen.round.step_order),
-takes its dataset's slot (dyngen.round.slot) for the block, and answers whether the
-round's trigger already committed a version (and, once the round has loaded its head,
-whether a version covers the batch end its trigger names: dyngen.round.inbox). The
-generation round's flow runs its five stages inside it.
+config names loads), and answers whether the round's trigger already committed a version
+(and, once the round has loaded its head, whether a version covers the batch end its
+trigger names: dyngen.round.inbox). Nothing here waits for another round: rounds of one
+dataset may run at once, and the store's commit decides (each batch end is covered once,
+per training run in step order). The generation round's flow runs its stages inside it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig
+from prefect import get_run_logger
 from prefect.runtime import flow_run
 
 from dyngen.config.generator_choice import require_generator
@@ -25,15 +26,18 @@ from dyngen.config.secrets import refuse_secrets
 from dyngen.filters.base import FilterOutcome
 from dyngen.round import committed_for, round_inputs
 from dyngen.round.context import RoundBatchEnd, RoundContext, Trigger
+from dyngen.round.inbox import covers_text
 from dyngen.round.lineage import round_lineage
 from dyngen.round.redaction import deployment_run
 from dyngen.round.rollouts import RolloutsPolicy
-from dyngen.round.run_names import name_run
-from dyngen.round.slot import dataset_slot
+from dyngen.round.run_names import name_run, tag_run
 from dyngen.round.stages import stage
-from dyngen.round.step_order import StepOrder, keep_step_order
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import StoreSpec, store_settings
+
+# A round that loses its commit to a rival covering some of its batch ends, while what it
+# was for stays pending, runs again: at most this many times in all.
+MAX_ATTEMPTS = 3
 
 
 @dataclass
@@ -46,17 +50,48 @@ class Admitted:
     rollouts: RolloutsPolicy
     where: StoreSpec  # the store's root and how to reach it
     store: Store
-    order: StepOrder  # how it kept its dataset's step order
     committed: VersionRecord | None  # the version its trigger already committed, if any
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
 
-    def covering(self, parent: VersionRecord) -> VersionRecord | None:
-        """The version up to `parent` that covers the batch end the trigger names (its run
-        and step), if one does: then this round has nothing to do."""
+    attempts: int = 0  # how many times it lost its commit to a rival's covering version
+
+    def nothing_to_do(self, parent: VersionRecord,
+                      batch_ends: tuple[RoundBatchEnd, ...]) -> VersionRecord | None:
+        """The version to answer with when the round has nothing to do at `parent`: the one
+        covering the batch end its trigger names, or (a catch-up round with nothing
+        pending) `parent` itself; None when it has work."""
         key = self.trigger.batch_end
         found = None if key is None else self.store.covering_version(
             self.dataset, *key, version=parent.version)
-        return None if found is None else self.store.record(self.dataset, found)
+        if found is not None:
+            get_run_logger().info("batch end run %s step %d is covered by version %d; "
+                                  "nothing to do", key[0], key[1], found)
+            return self.store.record(self.dataset, found)
+        if self.trigger.catch_up and not batch_ends:
+            get_run_logger().info("nothing pending in %s's inbox at version %d; nothing to do",
+                                  self.dataset, parent.version)
+            return parent
+        return None
+
+    def again(self, covering: VersionRecord, batch_ends: tuple[RoundBatchEnd, ...]) -> bool:
+        """After losing the commit to `covering` (a rival round covered some of its batch
+        ends first): whether to load and run again, because what it was for is still
+        pending (its trigger's batch end; a round no batch end started: any of its own),
+        at most MAX_ATTEMPTS times. Otherwise it is done, and says so."""
+        self.attempts += 1
+        pending = {e.key for e in self.store.pending(self.dataset)}
+        key = self.trigger.batch_end
+        wanted = [key] if key is not None else [b.key for b in batch_ends]
+        left = [k for k in wanted if k in pending]
+        if left and self.attempts < MAX_ATTEMPTS:
+            get_run_logger().info(
+                "version %d covered some of this round's batch ends first; %s still pending: "
+                "loading again", covering.version, covers_text(left))
+            return True
+        get_run_logger().info("the batch ends this round covers (%s) were covered meanwhile, "
+                              "by version %d; nothing committed",
+                              covers_text([b.key for b in batch_ends]), covering.version)
+        return False
 
     def context(self, parent: VersionRecord,
                 batch_ends: tuple[RoundBatchEnd, ...] = ()) -> RoundContext:
@@ -71,14 +106,14 @@ class Admitted:
                 outcome: FilterOutcome, partitions: dict[str, Any] | None) -> dict[str, Any]:
         """What the version record keeps of this round (its filters' records included)."""
         return round_lineage(context, generator, generated, outcome, self.timings,
-                             run_id=flow_run.id, run_name=flow_run.name, partitions=partitions,
-                             step_order=self.order.lineage()).to_dict()
+                             run_id=flow_run.id, run_name=flow_run.name,
+                             partitions=partitions).to_dict()
 
 
 @contextmanager
 def admitted(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
              overrides: Sequence[str] = ()) -> Iterator[Admitted]:
-    """Check the round, keep its step order, and hold its dataset's slot for the block."""
+    """Check the round and open its store."""
     with stage("check"):  # everything the config names, before any work
         cfg, trig, rollouts = round_inputs(dataset, config, trigger, overrides)
         if deployment_run():
@@ -86,11 +121,8 @@ def admitted(dataset: str, config: Mapping[str, Any] | None, trigger: Any,
             # A deployment names its generator: it never runs the mock unasked.
             require_generator(config, overrides, what="this deployment's parameters")
         check_before_start(cfg)
-    # Before the dataset's slot, which the earlier rounds it waits for need.
-    order = keep_step_order(dataset, trig, float(cfg.round.order_wait_seconds),
-                            store_root=str(cfg.store.root))
-    with dataset_slot(dataset):
-        where = store_settings(cfg.store)
-        store = Store.from_config(where)
-        yield Admitted(dataset, cfg, trig, rollouts, where, store, order,
-                       committed_for(store, dataset, trig))
+    tag_run(dataset)
+    where = store_settings(cfg.store)
+    store = Store.from_config(where)
+    yield Admitted(dataset, cfg, trig, rollouts, where, store,
+                   committed_for(store, dataset, trig))

@@ -23,13 +23,13 @@ MAX_METRICS = 256
 MAX_TRIGGER_BYTES = 64 * 1024
 
 
-FIELDS = ("event_id", "step", "metrics", "rollouts", "previous", "run")
+FIELDS = ("event_id", "step", "metrics", "rollouts", "previous", "run", "catch_up")
 
 
 @dataclass(frozen=True)
 class PreviousEvent:
-    """The batch end the same trainer sent before this one, for the same dataset and server
-    (dyngen.trainers.chain): a round waits for its run to exist and end (round/step_order.py)."""
+    """The batch end the same trainer sent before this one, as trainers before the store's
+    inbox sent it: still accepted and validated, and no longer used (the store orders)."""
 
     event_id: str
     step: int
@@ -48,6 +48,9 @@ class Trigger:
     # The training run whose batch end this is: with `step`, the key of its entry in the
     # dataset's inbox (dyngen.store.inbox), which the round covers or finds covered.
     run: str | None = None
+    # A catch-up round (`dyngen serve`'s schedule): it covers what is pending, and with
+    # nothing pending ends at once and commits nothing.
+    catch_up: bool = False
 
     @classmethod
     def parse(cls, value: Trigger | Mapping[str, Any] | None) -> Trigger:
@@ -75,12 +78,15 @@ class Trigger:
                                f"{', '.join(FIELDS)}.")
         event_id, step, rollouts = value.get("event_id"), value.get("step"), value.get("rollouts")
         _check_event_id("trigger.event_id", event_id)
+        catch_up = value.get("catch_up", False)
+        if not isinstance(catch_up, bool):
+            raise TriggerError(f"trigger.catch_up must be true or false, found {catch_up!r}.")
         _check_step("trigger.step", step)
         if rollouts is not None:
             _check_rollouts_path(rollouts)
         return cls(event_id=event_id, step=step, metrics=_metrics(value.get("metrics")),
                    rollouts=rollouts, previous=_previous(value.get("previous")),
-                   run=_run(value.get("run")))
+                   run=_run(value.get("run")), catch_up=catch_up)
 
     @property
     def batch_end(self) -> tuple[str, int] | None:

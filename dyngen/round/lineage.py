@@ -50,8 +50,6 @@ class RoundLineage:
     partitions: dict[str, Any] | None = None  # the fan-out, when the round had one
     # What filters recorded beyond their counts, by key (`solve_rate`: the policy's grading)
     filters: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # How it kept its dataset's step order, when it waited for earlier steps or went ahead
-    step_order: dict[str, Any] | None = None
     # The batch ends it covers, short: per training run, its steps (the record's `covers`
     # is the durable list), and those whose rollouts it could not use, with why.
     batch_ends: dict[str, list[int]] = field(default_factory=dict)
@@ -79,23 +77,20 @@ class RoundLineage:
                                  "lineage keys; give the filter another lineage_key.")
             if record:
                 out[key] = record
-        if self.step_order:
-            out["step_order"] = self.step_order
         return out
 
 
 def round_lineage(context: RoundContext, generator: dict[str, Any], generated: int,
                   outcome: FilterOutcome, timings: Mapping[str, float], *,
                   run_id: Any = None, run_name: str | None = None,
-                  partitions: dict[str, Any] | None = None,
-                  step_order: dict[str, Any] | None = None) -> RoundLineage:
+                  partitions: dict[str, Any] | None = None) -> RoundLineage:
     """The lineage of the round `context` describes, from what its stages returned."""
     counts = RoundCounts(generated=generated, kept=len(outcome.kept),
                          rejected=outcome.rejected_by_reason)
     return RoundLineage(round=context.round, generator=generator, trigger=context.trigger,
                         counts=counts, flow_run_id=str(run_id) if run_id else None,
                         flow_run_name=run_name, timings=dict(timings), partitions=partitions,
-                        filters=dict(outcome.records), step_order=step_order,
+                        filters=dict(outcome.records),
                         batch_ends=covers_lineage(context.batch_ends),
                         rollouts_errors=rollouts_errors(context.batch_ends))
 

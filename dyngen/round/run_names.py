@@ -1,6 +1,6 @@
-"""A round's flow run names and tags: `<dataset>-step-<N>` while it waits for its
-dataset's slot, `<dataset>-v<version>` once it knows the version it makes, and the tags
-`dyngen`, `dataset:<name>` by which the UI, the slot and the step order find it."""
+"""A round's flow run names and tags: `<dataset>-step-<N>` (`-catch-up`, `-round`) until it
+knows the version it makes, `<dataset>-v<version>` then, and the tags `dyngen`,
+`dataset:<name>` by which the UI finds it."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def waiting_run_name() -> str:
     params = flow_run.parameters
     trigger = params.get("trigger")
     step = trigger.get("step") if isinstance(trigger, Mapping) else None
-    suffix = f"step-{step}" if isinstance(step, int) else "round"
+    catch_up = isinstance(trigger, Mapping) and trigger.get("catch_up") is True
+    suffix = f"step-{step}" if isinstance(step, int) else "catch-up" if catch_up else "round"
     return f"{params.get('dataset', 'dataset')}-{suffix}"
 
 
@@ -38,8 +39,12 @@ def round_tags(dataset: str) -> list[str]:
         return []
 
 
-def missing_tags(dataset: str) -> list[str] | None:
-    """The run's tags plus the round's, or None when it has them all already."""
+def tag_run(dataset: str) -> None:
+    """Give the flow run the round's tags it lacks (a run of `dyngen round` has them from
+    its start; a deployment's or a direct call's may not): one write, or none."""
     current = set(flow_run.tags)
     wanted = current | set(round_tags(dataset))
-    return None if wanted == current else sorted(wanted)
+    if flow_run.id is None or wanted == current:
+        return
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(flow_run.id, tags=sorted(wanted))

@@ -4,8 +4,7 @@ Prefect's synchronous flow engine ends every flow run by joining its heartbeat t
 which sleeps in one-second steps: up to a second per round spent waiting, after the
 version is committed and the run is Completed. Heartbeats let a server notice that a
 run's process died; here that process is the caller's own, which sees the failure
-itself, and a waiting round frees the slot of a round whose process is gone
-(round/slot.py). So a round run in process does without them, for that run only:
+itself. So a round run in process does without them, for that run only:
 served and deployed rounds (their own processes) keep Prefect's heartbeat.
 """
 

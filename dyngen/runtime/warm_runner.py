@@ -5,19 +5,27 @@ Prefect, datasets and the round again: 1.5-2 s before the round begins. Here a f
 (`multiprocessing`'s "forkserver") imports the flow's module once; each run is a child
 forked from it, running the flow run through Prefect's own engine (`run_flow`), so it
 starts in tens of milliseconds and is still an ordinary, recorded flow run with its
-deployment, tasks, logs, artifacts and heartbeats.
+deployment, tasks, logs, artifacts and heartbeats. Runs are claimed in the order Prefect
+expects them to start, within the deployment's own concurrency limit (ENQUEUE): Prefect
+records and wakes, the store decides what each round covers.
 
 Each run keeps its own process, so what happens to it cannot take the serve process down:
-- a child that dies (a crash, a kill, an exit) leaves its run Crashed and the round slot
-  it held (round/slot.py) released, and the run is run again (a few times at most);
-- a `dyngen serve` killed with its rounds leaves their runs Pending or Running: the next
-  one ends them the same way (each run is labelled with the process answering for it);
-- a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL), its
-  run TimedOut (Failed) and its slot released;
+- a child that dies (a crash, a kill, an exit) before its run is final leaves the run forced
+  Crashed, saying so, which frees the deployment's concurrency slot; it is not run again:
+  the next round covers what it would have;
+- a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL) and
+  its run TimedOut (Failed);
 - a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled;
-- a batch end the server stored and made no run of (a server killed in between) is given
-  its run (runtime/lost_runs.py).
+- at start-up, the runs a killed serve left unfinished are ended, and catch-up runs made
+  pointless by a later one are dropped (dyngen.runtime.served_runs).
 Code is imported when serving starts: restart `dyngen serve` after changing it.
+
+Why a runner of dyngen's own beside Prefect's: `--isolation fork` is `dyngen serve`'s
+default and a flag users rely on, and a round starting in milliseconds rather than seconds
+is most of a served round's latency (emit -> commit, benchmarks/trigger_latency.py). It
+keeps to Prefect's rules (the deployment's concurrency limit, its states) and decides
+nothing; if the benchmark stops showing the difference, `--isolation process` is Prefect's
+runner as is.
 """
 
 from __future__ import annotations
@@ -52,10 +60,8 @@ from prefect.flows import Flow
 from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
-from dyngen.round.holders import holder_labels, holder_of, process_is_gone
-from dyngen.round.slot import end_dead_round, release_round_slot
-from dyngen.runtime.lost_runs import SERVER_ERRORS as _SERVER_ERRORS
-from dyngen.runtime.lost_runs import LostRuns
+from dyngen.runtime.served_runs import SERVER_ERRORS as _SERVER_ERRORS
+from dyngen.runtime.served_runs import drop, end_left_runs, superseded_catch_ups
 
 logger = logging.getLogger("dyngen.serve")
 
@@ -64,7 +70,7 @@ logger = logging.getLogger("dyngen.serve")
 READY_SECONDS = 10.0
 SHUTDOWN_GRACE_SECONDS = 15.0
 REFUSED_WAIT_SECONDS = 1.0  # between claims the concurrency limit refuses
-WAITING_RUNS = 50  # the oldest runs waiting, put in line before one is claimed
+WAITING_RUNS = 50  # the oldest runs due, read at each poll
 KILL_GRACE_SECONDS = 10.0
 # What Prefect imports only once a flow runs: imported once in the fork server instead.
 RUN_MODULES = ("prefect.task_engine", "prefect.concurrency.sync",
@@ -81,46 +87,16 @@ class _Child:
     ending: State | None = None  # the final state dyngen serve gave the run
 
 
-def _in_line(runs: list[Any]) -> list[Any]:
-    """The waiting runs in the order to claim them: first come, first served across
-    datasets; within one dataset, by the trigger's step (runs without one last).
-
-    Each dataset's runs keep the places in line they arrived at (their first due times),
-    handed out to them in step order, so a dataset's rounds commit in step order and no
-    dataset waits behind another's lower steps.
-    """
-    groups: dict[str, list[Any]] = {}
-    for run in runs:
-        groups.setdefault(str((run.parameters or {}).get("dataset")), []).append(run)
-    placed: list[tuple[datetime, Any]] = []
-    for group in groups.values():
-        places = sorted(_first_due(run) for run in group)
-        placed += zip(places, sorted(group, key=_step_order), strict=True)
-    return [run for _, run in sorted(placed, key=lambda place: place[0])]
-
-
-def _first_due(run: Any) -> datetime:
-    """When the run was first due (a refusal moves its next start, never this)."""
-    return run.expected_start_time or datetime.max.replace(tzinfo=timezone.utc)
-
-
-def _step_order(run: Any) -> tuple[bool, float, datetime]:
-    trigger = (run.parameters or {}).get("trigger")
-    step = trigger.get("step") if isinstance(trigger, dict) else None
-    if isinstance(step, bool) or not isinstance(step, (int, float)):
-        return (True, 0.0, _first_due(run))
-    return (False, float(step), _first_due(run))
-
-
 class WarmRunner:
     """Poll one deployment for scheduled runs and run each in a child of a warm process."""
 
     def __init__(self, flow: Flow[..., Any], deployment: RunnerDeployment,
                  poll_seconds: float = 0.2, max_round_seconds: float = 3600.0,
-                 preload: tuple[str, ...] = (),
-                 lost_runs: Callable[[UUID], LostRuns] | None = None) -> None:
+                 preload: tuple[str, ...] = (), dataset: str | None = None) -> None:
         self.deployment = deployment
-        self.lost_runs = lost_runs  # makes the runs of batch ends whose trigger was lost
+        # The runs this serve answers for at start-up (dyngen.runtime.served_runs.is_ours):
+        # those of its dataset (None: every dataset), which its lease gives it alone.
+        self.dataset = dataset
         # While our runs fill the deployment's concurrency limit, claiming another is
         # refused and re-queued for later (ENQUEUE): wait and claim it the moment one ends.
         limit = deployment.concurrency_limit
@@ -170,17 +146,17 @@ class WarmRunner:
 
     def _serve_runs(self, deployment_id: UUID) -> None:
         next_ready = 0.0
-        lost = self.lost_runs(deployment_id) if self.lost_runs is not None else None
+        left_ended = False
         with get_client(sync_client=True) as client:
             while not self.stopping.is_set():
                 try:
+                    if not left_ended:  # once: this serve holds the lease now
+                        end_left_runs(client, deployment_id, self.dataset)
+                        left_ended = True
                     if time.monotonic() >= next_ready:
                         client.get_scheduled_flow_runs_for_deployments([deployment_id],
                                                                        limit=1)
-                        self._end_orphans(client, deployment_id)
                         next_ready = time.monotonic() + READY_SECONDS
-                    if lost is not None:
-                        lost.check_now(client)  # once in a while
                     running = self._watch_children(client)
                     self._start_due_runs(client, deployment_id,
                                          None if self.limit is None else self.limit - running)
@@ -194,14 +170,12 @@ class WarmRunner:
     def _start_due_runs(self, client: SyncPrefectClient, deployment_id: UUID,
                         room: int | None) -> None:
         """Claim and start the deployment's due runs, at most `room` of them (None: all),
-        in the order of their batch ends' steps.
+        in the order Prefect expects them to start.
 
-        Prefect's trigger service may create the runs of batch ends sent close together in
-        any order, and a run refused for a full concurrency limit (ENQUEUE) is put back as
-        Scheduled for later (`next_scheduled_start_time`), so the next run due would be a
-        later step's. Here a dataset's runs are claimed by their trigger's step (see
-        `_in_line`), and a refusal stops the claiming: no run overtakes one waiting for
-        the slot.
+        A run refused for a full concurrency limit (ENQUEUE) is put back as Scheduled for
+        later; a refusal stops the claiming, so no run overtakes one waiting for the slot.
+        A catch-up run with a later run of its dataset due is dropped, not run: the later
+        round covers everything pending.
         """
         if time.monotonic() < self._claim_after:
             return
@@ -212,14 +186,15 @@ class WarmRunner:
                 expected_start_time=FlowRunFilterExpectedStartTime(
                     before_=datetime.now(timezone.utc))),
             sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=WAITING_RUNS)
-        for run in _in_line(runs):
-            if run.id in self.children:
+        pointless = {r.id for r in superseded_catch_ups(r for r in runs
+                                                        if r.id not in self.children)}
+        if pointless:
+            drop(client, (r for r in runs if r.id in pointless))
+        for run in runs:
+            if run.id in self.children or run.id in pointless:
                 continue
             if room is not None and room <= 0:
                 return
-            # This process answers for the run until its child does (execute_flow_run): if
-            # it dies in between, the next `dyngen serve` can tell (`_end_orphans`).
-            client.update_flow_run_labels(run.id, holder_labels())
             # Pending claims the run; a full concurrency limit answers with a later
             # Scheduled state instead: the run waits, and so do the runs after it.
             try:
@@ -261,33 +236,17 @@ class WarmRunner:
         return sum(1 for i, state in states.items()
                    if i in self.children and not (state and state.is_final()))
 
-    def _end_orphans(self, client: SyncPrefectClient, deployment_id: UUID) -> None:
-        """End (and run again) the deployment's Pending or Running runs whose process on
-        this machine is gone: those of a `dyngen serve` that was killed, with its rounds.
-        Nothing else would: they would hold the deployment's concurrency slot for ever."""
-        runs = client.read_flow_runs(
-            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-                any_=[StateType.PENDING, StateType.RUNNING]))), limit=WAITING_RUNS)
-        for run in runs:
-            identity = holder_of(run)
-            if run.id in self.children or not identity or not process_is_gone(identity):
-                continue
-            state = Crashed(message="its process died (a `dyngen serve` that was killed, or "
-                                    "its round); a later `dyngen serve` ended it")
-            if end_dead_round(client, run, state):
-                logger.warning("flow run %s (%s): %s", run.name, run.id, state.message)
-
     def _stop(self, child: _Child, state: State) -> None:
-        """Stop a child with SIGTERM, which lets the round release its slot on the way out
-        (SIGKILL follows after KILL_GRACE_SECONDS); its run ends in `state`."""
+        """Stop a child with SIGTERM, which lets its round end on the way out (SIGKILL
+        follows after KILL_GRACE_SECONDS); its run ends in `state`."""
         child.ending = state
         child.deadline = time.monotonic() + KILL_GRACE_SECONDS
         logger.warning("flow run %s: %s", child.flow_run_id, state.message)
         child.process.terminate()
 
     def _end_run(self, client: SyncPrefectClient, child: _Child) -> None:
-        """Leave the run of a finished child in a final state, its round slot free."""
+        """Leave the run of a finished child in a final state (which frees the deployment's
+        concurrency slot: Prefect releases it on any final state, a forced one too)."""
         run = client.read_flow_run(child.flow_run_id)
         final = run.state is not None and run.state.is_final()
         if child.ending is not None:
@@ -295,14 +254,14 @@ class WarmRunner:
             # SIGTERM (unless it finished by itself first).
             if not final or run.state.is_crashed():
                 client.set_flow_run_state(run.id, child.ending, force=True)
-            release_round_slot(client, run)
             return
         if final or run.state is not None and run.state.is_scheduled():
-            return  # ended, or put back to wait for an earlier step (round/step_order.py)
-        state = Crashed(message=(f"the round's process exited with code "
-                                 f"{child.process.exitcode} before its flow run finished"))
-        if end_dead_round(client, run, state):
-            logger.warning("flow run %s (%s): %s", run.name, run.id, state.message)
+            return  # ended, or put back by Prefect (a retry, a concurrency refusal)
+        state = Crashed(message=(
+            f"the round's process exited with code {child.process.exitcode} before its flow "
+            "run finished; it is not run again: the next round covers what it would have"))
+        client.set_flow_run_state(run.id, state, force=True)
+        logger.warning("flow run %s (%s): %s", run.name, run.id, state.message)
 
     def _shut_down(self, client: SyncPrefectClient) -> None:
         """Give running rounds a moment to end, then kill them and end their runs."""
@@ -336,8 +295,6 @@ def execute_flow_run(module: str, name: str, flow_run_id: str) -> None:
     flow = getattr(importlib.import_module(module), name)
     try:
         with handle_engine_signals(UUID(flow_run_id)), get_client(sync_client=True) as client:
-            # From now on this process answers for the run (see WarmRunner._end_orphans).
-            client.update_flow_run_labels(UUID(flow_run_id), holder_labels())
             run = client.read_flow_run(UUID(flow_run_id))
             run_flow(flow, flow_run=run, return_type="state")
     finally:

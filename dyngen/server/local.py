@@ -255,6 +255,7 @@ class LocalServer(OwnedProcess):
     process: subprocess.Popen[bytes] | None = None
     auth_string: str | None = None  # "user:password"; only /health answers without it
     postgres: LocalPostgres | None = None
+    die_with_parent: bool = False  # the server ends when the process that started it dies
 
     def __post_init__(self) -> None:
         if self.database not in DATABASES:
@@ -312,7 +313,8 @@ class LocalServer(OwnedProcess):
             if self.auth_string:
                 env["PREFECT_SERVER_API_AUTH_STRING"] = self.auth_string
             self.process = spawn([str(prefect), "server", "start", "--host", "127.0.0.1",
-                                  "--port", str(self.port)], env, self.log)
+                                  "--port", str(self.port)], env, self.log,
+                                 die_with_parent=self.die_with_parent)
             wait_healthy(self.api_url, timeout, self.process)
         return self
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dyngen.errors import PrefectServerError
-from dyngen.round.holders import process_is_gone, this_process
+from dyngen.server.identity import process_is_gone, this_process
 from dyngen.server.processes import OwnedProcess, free_port, spawn, stop
 
 UNPRIVILEGED_USER = "nobody"

@@ -24,15 +24,28 @@ def free_port() -> int:
 
 
 def spawn(args: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path | None = None,
-          user: pwd.struct_passwd | None = None) -> subprocess.Popen[bytes]:
-    """Start a process in its own process group, output to `log` (as `user`, if given)."""
+          user: pwd.struct_passwd | None = None,
+          die_with_parent: bool = False) -> subprocess.Popen[bytes]:
+    """Start a process in its own process group, output to `log` (as `user`, if given);
+    with `die_with_parent`, it is sent SIGTERM when this process dies, even by SIGKILL
+    (Linux: PR_SET_PDEATHSIG)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     as_user = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid,
                                        "extra_groups": []}
+    if die_with_parent:
+        as_user["preexec_fn"] = _term_when_parent_dies
     with open(log, "ab") as out:
         return subprocess.Popen(list(args), env=dict(env), cwd=cwd, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, **as_user)  # type: ignore[call-overload]
+
+
+def _term_when_parent_dies() -> None:
+    """In the child before exec: SIGTERM once its parent dies (nothing where not Linux)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+from dyngen.locations import user_cache
 from dyngen.store import shards as sh
 from dyngen.store.backend import replace_durably
 
@@ -31,8 +32,7 @@ def default_cache_dir() -> Path:
     configured = os.environ.get(CACHE_ENV)
     if configured:
         return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "dyngen" / "shards"
+    return user_cache("shards")
 
 
 class ShardCache:

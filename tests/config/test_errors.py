@@ -87,6 +87,12 @@ def test_unknown_top_level_key_suggests_close_match(tmp_path: Path) -> None:
     assert "Did you mean round?" in message
 
 
+def test_a_removed_key_says_it_was_removed_and_why(tmp_path: Path) -> None:
+    message = file_error(tmp_path, "round:\n  order_wait_seconds: 900\n")
+    assert "round.order_wait_seconds was removed: rounds no longer wait" in message
+    assert "Delete it." in message and str(tmp_path / "dyngen.yaml") in message
+
+
 def test_unknown_key_without_close_match() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["store.zzzz=1"])

@@ -38,7 +38,6 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "retries": 2,
             "retry_delay_seconds": 2.0,
             "timeout_seconds": 600.0,
-            "order_wait_seconds": 900.0,
             "dedup": True,
             "near_duplicate": {"enabled": True, "threshold": 0.8, "num_perm": 128, "bands": 16,
                                "ngram": 5, "min_words": 10},

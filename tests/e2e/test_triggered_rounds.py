@@ -87,11 +87,12 @@ def emit_from_another_process(server: LocalServer, name: str, steps: list[int]) 
 @contextmanager
 def serving(server: LocalServer, store: Store, name: str, log: Path,
             config: Sequence[str] = ROUND_CONFIG, isolation: str = "fork",
-            **env: str) -> Iterator[Popen]:
-    """`dyngen serve --dataset name` in its own process, its trigger registered."""
+            catch_up_seconds: float = 0, **env: str) -> Iterator[Popen]:
+    """`dyngen serve --dataset name` in its own process, its trigger registered; without
+    the catch-up schedule unless asked (its runs would add to the runs a test counts)."""
     serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", name,
-                   "--isolation", isolation, *config], env_for(server, **env), log,
-                  cwd=REPO)
+                   "--isolation", isolation, "--catch-up-seconds", str(catch_up_seconds),
+                   *config], env_for(server, **env), log, cwd=REPO)
     try:
         wait_for_automation(server.api_url, trigger_name(name), auth_string=server.auth_string)
         yield serve
@@ -230,40 +231,53 @@ def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_go
                                auth_server.auth_string)) == [0, 1, 2, 4]
 
 
+_INBOX_EMITTER = """
+import json, sys
+from dyngen.trainers.events import emit_batch_end
+root, dataset, steps = sys.argv[1], sys.argv[2], [int(s) for s in sys.argv[3:]]
+print(json.dumps([emit_batch_end(dataset, s, {"score": s / 10}, store=root, run="train-a")
+                  for s in steps]))
+"""
 
-def test_batch_ends_waiting_for_the_datasets_round_commit_in_step_order(
+
+def test_batch_ends_written_while_a_round_runs_are_covered_by_the_next_round_at_once(
         auth_server: LocalServer, tmp_path: Path) -> None:
-    # Prefect's trigger service creates the runs of batch ends sent together in any order,
-    # and puts a run refused the dataset's slot back for later: the rounds waiting behind
-    # one still run in step order.
+    # The trainer records each batch end in the store's inbox, then wakes a round. While
+    # the round of step 1 runs, steps 2-6 arrive: the next round covers all five in one
+    # version, and the rounds their events started find them covered and commit nothing.
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-        FlowRunFilterTags,
-    )
-    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
-    store = seeded(tmp_path, "ordered")
+    store = seeded(tmp_path, "inboxed")
     log, started, release = tmp_path / "serve.log", tmp_path / "started", tmp_path / "release"
     config = ["data.datagen.path=pkg://tests.flows.gens", "data.datagen.name=HeldOpen",
               f"+data.datagen.started={started}", f"+data.datagen.release={release}"]
-    waiting = FlowRunFilter(tags=FlowRunFilterTags(all_=["dataset:ordered"]),
-                            state=FlowRunFilterState(type=FlowRunFilterStateType(
-                                any_=[StateType.SCHEDULED])))
-    with serving(auth_server, store, "ordered", log, config=config):
-        emit_from_another_process(auth_server, "ordered", [1])
+
+    def emit(steps: list[int]) -> None:
+        out = subprocess.run([sys.executable, "-c", _INBOX_EMITTER, str(store.root), "inboxed",
+                              *map(str, steps)], env=env_for(auth_server), cwd=REPO,
+                             capture_output=True, text=True, timeout=120, check=True)
+        assert all(json.loads(out.stdout.strip().splitlines()[-1])), out.stderr
+
+    mine = FlowRunFilter(tags=FlowRunFilterTags(all_=["dataset:inboxed"]))
+    with serving(auth_server, store, "inboxed", log, config=config):
+        emit([1])
         deadline = time.monotonic() + 120
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert started.read_text() == "1", log.read_text()[-4000:]
-        emit_from_another_process(auth_server, "ordered", [2, 3, 4, 5, 6])
+        emit([2, 3, 4, 5, 6])
+        # In the store before any round ran for them (step 1's round has not committed).
+        assert [e.step for e in store.pending("inboxed")] == [1, 2, 3, 4, 5, 6]
         with auth_server.client_settings(), get_client(sync_client=True) as client:
-            while len(client.read_flow_runs(flow_run_filter=waiting)) < 5:
+            while len(client.read_flow_runs(flow_run_filter=mine)) < 6:
                 assert time.monotonic() < deadline, "the batch ends' runs were not created"
                 time.sleep(0.2)
         release.touch()
-        history = wait_for_versions(store, "ordered", 6, log)
-        finished_runs(auth_server, "ordered", 6)
-    assert [r.lineage["trigger"]["step"] for r in history[1:]] == [1, 2, 3, 4, 5, 6]
+        history = wait_for_versions(store, "inboxed", 2, log)
+        runs = finished_runs(auth_server, "inboxed", 6)
+    assert [sorted(r.covers) for r in history[1:]] == [
+        [("train-a", 1)], [("train-a", s) for s in range(2, 7)]]
+    assert store.pending("inboxed") == [] and store.head_version("inboxed") == 2
+    assert len(runs) == 6 and all(r.state.is_completed() for r in runs)
+    assert verify(store, "inboxed") == []

@@ -111,19 +111,6 @@ class BadOutput(AbstractDataGenerator):
         return out
 
 
-class SlowLogged(AddNewRows):
-    """AddNewRows that takes `sleep` seconds and logs when it ran (to check overlap)."""
-
-    def generate(self, dataset: Any) -> datasets.Dataset:
-        import time
-
-        start = time.time()
-        time.sleep(float(self.config.sleep))
-        with open(self.config.log, "a") as fh:
-            fh.write(f"{start} {time.time()}\n")
-        return super().generate(dataset)
-
-
 class BlockUntilReleased(AddNewRows):
     """Marks that it started, then waits for a release file (to hold a round open)."""
 

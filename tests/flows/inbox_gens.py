@@ -42,3 +42,17 @@ class CoveredMeanwhile(SeesBatchEnds):
         rival.append(context.dataset, [verl_row(900, source="rival")],
                      covers=rival.pending(context.dataset), compact=False)
         return super().generate(dataset, context)
+
+
+class FirstCoveredMeanwhile(SeesBatchEnds):
+    """SeesBatchEnds, but on its first call another Store object on the same root commits a
+    version covering only the oldest pending batch end: a rival round that had loaded
+    before the rest were written wins the race."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        rival = Store(self.config.root)
+        pending = rival.pending(context.dataset)
+        if context.round == 1:
+            rival.append(context.dataset, [verl_row(900, source="rival")],
+                         covers=pending[:1], compact=False)
+        return super().generate(dataset, context)

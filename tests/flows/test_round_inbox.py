@@ -161,3 +161,59 @@ def test_a_round_on_s3_reads_the_rollouts_from_the_bucket(
     assert fresh.pending("ds") == []
     assert verify(fresh, "ds") == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "seen.json"]
+
+
+def test_a_catch_up_round_covers_what_is_pending_and_with_nothing_pending_commits_nothing(
+        store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="prefect")
+    seen = tmp_path / "seen.json"
+    catch_up = {"catch_up": True}
+    nothing = generation_round("ds", config(str(store.root), seen), catch_up)
+    assert (nothing["version"], nothing["created"]) == (0, False)
+    assert not seen.exists(), "the generator ran with nothing pending"
+    assert "nothing pending in ds's inbox at version 0" in said(caplog)
+
+    # Batch ends whose wake-up events were lost: the catch-up round covers them all.
+    for step in (1, 2):
+        store.write_batch_end("ds", "run-a", step, {"score": step / 4})
+    covered = generation_round("ds", config(str(store.root), seen), catch_up)
+    assert (covered["version"], covered["created"]) == (1, True)
+    assert store.head("ds").covers == (("run-a", 1), ("run-a", 2))
+    assert store.pending("ds") == []
+    assert generation_round("ds", config(str(store.root), seen), catch_up)["created"] is False
+    assert store.head_version("ds") == 1 and verify(store, "ds") == []
+
+
+def test_a_new_training_run_on_a_grown_dataset_gets_its_rounds(store: Store,
+                                                                tmp_path: Path) -> None:
+    seen = tmp_path / "seen.json"
+    for step in (1, 2, 3):  # the first run grew the dataset, a version per step
+        store.write_batch_end("ds", "first", step, {"score": 0.5})
+        generation_round("ds", config(str(store.root), seen),
+                         {"event_id": f"first-{step}", "run": "first", "step": step})
+    assert store.head_version("ds") == 3
+    # A second run starts over at step 1: its steps are its own, not the first run's.
+    store.write_batch_end("ds", "second", 1, {"score": 0.1})
+    result = generation_round("ds", config(str(store.root), seen),
+                              {"event_id": "second-1", "run": "second", "step": 1})
+    assert (result["version"], result["created"]) == (4, True)
+    assert store.head("ds").covers == (("second", 1),)
+    assert json.loads(seen.read_text())["run"] == "second"
+
+
+def test_a_round_that_loses_to_a_rival_while_its_own_batch_end_is_pending_runs_again(
+        store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The rival loaded when only step 1 was written and commits first; this round, started
+    # by step 2's event, covered steps 1-2: it loses, loads again and covers step 2.
+    caplog.set_level(logging.INFO, logger="prefect")
+    for step in (1, 2):
+        store.write_batch_end("ds", "run-a", step, {"score": 0.5})
+    result = generation_round("ds", config(str(store.root), tmp_path / "seen.json",
+                                           "FirstCoveredMeanwhile"),
+                              {"event_id": "e2", "run": "run-a", "step": 2})
+    assert (result["version"], result["created"]) == (2, True)
+    assert [r.covers for r in store.history("ds")[1:]] == [(("run-a", 1),), (("run-a", 2),)]
+    assert "version 1 covered some of this round's batch ends first; run-a step 2 still " \
+           "pending: loading again" in said(caplog)
+    assert store.pending("ds") == [] and verify(store, "ds") == []
+    assert gc(store, "ds", grace_seconds=0) == []  # the lost attempt's shards are gone

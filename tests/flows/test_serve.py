@@ -1,4 +1,5 @@
-"""`dyngen serve` next to a deployment made by `prefect deploy` (prefect.yaml)."""
+"""The deployment `dyngen serve` applies: named by module, its catch-up schedule, and
+refused next to a deployment made by `prefect deploy` (prefect.yaml)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from prefect.types.entrypoint import EntrypointType
 
 from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
-from dyngen.runtime.serve import DEPLOYMENT_NAME, round_deployment, serve_rounds
+from dyngen.runtime.serve import (
+    CATCH_UP_SLUG,
+    DEPLOYMENT_NAME,
+    round_deployment,
+    serve_rounds,
+)
 
 MOCK = {"data": {"datagen": {"path": "pkg://dyngen.generators.base",
                              "name": "MockDataGenerator"}}}
@@ -32,7 +38,34 @@ def test_served_deployment_names_the_round_by_module_so_any_folder_can_run_it(
     assert load_flow_from_entrypoint(deployment.entrypoint) is generation_round
 
 
-def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_was() -> None:
+def test_serving_one_dataset_schedules_catch_up_rounds_of_it_beside_its_trigger() -> None:
+    from datetime import timedelta
+
+    from prefect.client.schemas.objects import ConcurrencyLimitStrategy
+
+    deployment_id = round_deployment("catch", MOCK, catch_up_seconds=45).apply()
+    try:
+        with get_client(sync_client=True) as client:
+            deployment = client.read_deployment(deployment_id)
+            (schedule,) = client.read_deployment_schedules(deployment_id)
+        assert schedule.active and schedule.slug == CATCH_UP_SLUG
+        assert schedule.schedule.interval == timedelta(seconds=45)
+        # Its runs: the dataset named, the catch-up trigger, the deployment's config.
+        assert schedule.parameters == {"dataset": "catch", "trigger": {"catch_up": True}}
+        assert deployment.parameters == {"config": MOCK}
+        assert deployment.global_concurrency_limit.limit == 1
+        assert deployment.concurrency_options.collision_strategy == \
+            ConcurrencyLimitStrategy.ENQUEUE
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment_id)
+    # Off with 0; and serving every dataset there is none (a catch-up names its dataset).
+    assert round_deployment("catch", MOCK, catch_up_seconds=0).schedules == []
+    assert round_deployment(None, MOCK).schedules == []
+
+
+def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_was(
+        tmp_path: Path) -> None:
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="dyngen-pool", type="process"),
                                 overwrite=True)
@@ -42,7 +75,7 @@ def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_w
             entrypoint=MODULE_ENTRYPOINT)
     try:
         with pytest.raises(ConfigError) as err:
-            serve_rounds("ds", {})
+            serve_rounds("ds", {**MOCK, "store": {"root": str(tmp_path / "store")}})
         message = str(err.value)
         assert f"generation-round/{DEPLOYMENT_NAME}" in message and "dyngen-pool" in message
         assert "prefect worker start --pool dyngen-pool" in message

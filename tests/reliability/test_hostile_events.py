@@ -111,8 +111,8 @@ def snapshot(folder: Path, skip: Path) -> dict[str, str]:
     """Every file and folder under `folder` (but `skip`), with a digest of each file."""
     out = {}
     for path in sorted(folder.rglob("*")):
-        if path == skip or skip in path.parents:
-            continue
+        if path == skip or skip in path.parents or "_serve" in path.parts:
+            continue  # the logs; the serve's lease, which it renews
         rel = str(path.relative_to(folder))
         out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
     return out

@@ -3,8 +3,10 @@ is lost.
 
 Our own `prefect server start` (this test stops it; SQLite under a folder of ours), the
 round served by `dyngen serve`, and a simulated training loop calling `emit_batch_end`
-after every batch. Batch ends emitted while the server is down wait in the outbox; the
-first emit after it is back delivers them, in order, and every one of them gets its round.
+after every batch. With the store, the batch ends emitted while the server is down are in
+its inbox, their wake-ups are not kept, and the first round after it is back covers them.
+Without a store, their events wait in the outbox; the first emit after it is back delivers
+them, in order, and every one of them gets its round.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,17 +40,75 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer
     srv.stop()
 
 
-def train(server: LocalServer, steps: list[int],
-          batch_seconds: float = 0.05) -> list[tuple[str | None, float]]:
-    """A training loop: a batch of 'work', then a batch-end event; (event id, seconds) each."""
+def train(server: LocalServer, steps: list[int], batch_seconds: float = 0.05,
+          dataset: str = DATASET, **emit: Any) -> list[tuple[str | None, float]]:
+    """A training loop: a batch of 'work', then a batch end; (event id, seconds) each."""
     out = []
     for step in steps:
         time.sleep(batch_seconds)  # the batch
         start = time.monotonic()
-        sent = events.emit_batch_end(DATASET, step, {"score": step / 10},
-                                     api_url=server.api_url)
+        sent = events.emit_batch_end(dataset, step, {"score": step / 10},
+                                     api_url=server.api_url, **emit)
         out.append((sent, time.monotonic() - start))
     return out
+
+
+def wait_until_covered(store: Store, name: str, count: int, log: Path,
+                       timeout: float = 240.0) -> list:
+    """The dataset's history once its inbox holds `count` batch ends and none is pending."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(store.batch_ends(name)) >= count and not store.pending(name):
+            return store.history(name)
+        time.sleep(0.5)
+    raise AssertionError(f"{len(store.pending(name))} batch end(s) still pending; log:\n"
+                         f"{log.read_text()[-4000:]}")
+
+
+def test_a_batch_end_recorded_in_the_store_during_an_outage_is_covered_after_it(
+    own_server: LocalServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(events, "_server_down", False)
+    monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
+    caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
+    name, run = "outage-stored", "job-1"
+    store = Store(tmp_path / "store")
+    store.create(name, verl_rows(4))
+    log = tmp_path / "serve.log"
+
+    with serving(own_server, store, name, log):
+        before = train(own_server, BEFORE, dataset=name, store=store, run=run)
+        wait_until_covered(store, name, len(BEFORE), log)
+        finished_runs(own_server, name, len(BEFORE))
+
+        own_server.stop()  # the outage
+        during = train(own_server, DURING, batch_seconds=OUTAGE_SECONDS / len(DURING),
+                       dataset=name, store=store, run=run)
+        waiting = Outbox().pending(own_server.api_url)
+        own_server.start()
+        after = train(own_server, AFTER, dataset=name, store=store, run=run)
+        total = len(BEFORE) + len(DURING) + len(AFTER)
+        history = wait_until_covered(store, name, total, log)
+        finished_runs(own_server, name, len(BEFORE) + len(AFTER))  # one per wake-up
+
+    # Training went on, every batch end kept by the store, no wake-up kept for later.
+    assert all(sent for sent, _ in before + during + after)
+    assert waiting == [] and Outbox().pending(own_server.api_url) == []
+    slowest = max(seconds for _, seconds in during + after)
+    assert slowest <= CALL_SECONDS, f"an emit took {slowest:.1f} s"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    not_sent = [w for w in warnings if "was not sent" in w]
+    assert len(not_sent) == 1 and "the batch end is in the store's inbox" in not_sent[0]
+    assert any("reachable again" in w for w in warnings), warnings
+
+    # Nothing lost: each batch end covered by exactly one version.
+    covered = sorted(c for rec in history[1:] for c in rec.covers)
+    assert covered == [(run, s) for s in BEFORE + DURING + AFTER]
+    assert verify(store, name) == []
+    print(f"\noutage with a store: {len(DURING)} batch ends recorded while the server was "
+          f"down, none queued; slowest emit {slowest:.2f} s; versions cover "
+          f"{[sorted(s for _, s in rec.covers) for rec in history[1:]]}")
 
 
 def test_no_batch_end_is_lost_in_a_server_outage(
@@ -104,27 +165,6 @@ def test_no_batch_end_is_lost_in_a_server_outage(
           f"was down, all queued; slowest emit {slowest:.2f} s; serve survived the outage: "
           f"{serve_survived_outage}, the restart: {serve_survived_restart}; rounds for steps "
           f"{sorted(steps)}")
-
-
-def test_a_round_slot_held_across_a_server_restart_is_released_after_it(
-        own_server: LocalServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    from dyngen.round import slot
-
-    # Without leases on disk the restarted server has forgotten the lease: the release
-    # below fails and the next round of the dataset waits until this limit.
-    monkeypatch.setattr(slot, "GUARD_TIMEOUT_SECONDS", 20.0)
-    with temporary_settings({PREFECT_API_URL: own_server.api_url}):
-        lease = slot._acquire_slot("restarted")
-        own_server.stop()
-        own_server.start()
-        with get_client(sync_client=True) as client:
-            client.release_concurrency_slots_with_lease(lease)
-        started = time.monotonic()
-        slot._acquire_slot("restarted")
-    assert time.monotonic() - started < 10
 
 
 def test_serve_started_while_the_server_is_down_waits_for_it(

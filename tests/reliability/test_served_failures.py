@@ -1,6 +1,7 @@
 """Rounds served from a warm process (`dyngen serve`, fork isolation) that die, hang or are
-cancelled: each run ends in a final state saying why, the dataset's round slot is free,
-the serve process lives on, and the next batch-end event commits a round.
+cancelled: each run ends in a final state saying why (which frees the deployment's
+concurrency slot), none is run again, the serve process lives on, and the next batch-end
+event commits a round.
 
 A real `prefect server start`; the generator (tests.reliability.gens.DiesOrHangs) kills
 its own process at step 1 and sleeps for an hour at steps 2 and 3; `--max-round-seconds`
@@ -32,7 +33,7 @@ ROUND = ["data.datagen.path=pkg://tests.reliability.gens", "data.datagen.name=Di
          "+data.datagen.die_at=[1]", "+data.datagen.hang_at=[2,3]"]
 
 
-def test_served_rounds_that_die_hang_or_are_cancelled_end_and_free_their_slot(
+def test_served_rounds_that_die_hang_or_are_cancelled_end_and_the_next_one_runs(
     server: LocalServer, tmp_path: Path,  # noqa: F811
 ) -> None:
     from prefect.client.orchestration import get_client
@@ -42,7 +43,8 @@ def test_served_rounds_that_die_hang_or_are_cancelled_end_and_free_their_slot(
     store = seeded(tmp_path, DATASET)
     log = tmp_path / "serve.log"
     serve = spawn([*DYNGEN, "--root", str(store.root), "serve", "--dataset", DATASET,
-                   "--max-round-seconds", str(MAX_ROUND_SECONDS), *ROUND],
+                   "--max-round-seconds", str(MAX_ROUND_SECONDS), "--catch-up-seconds", "0",
+                   *ROUND],
                   env_for(server), log, cwd=REPO)
     try:
         wait_for_automation(server.api_url, trigger_name(DATASET))
@@ -78,18 +80,22 @@ def test_served_rounds_that_die_hang_or_are_cancelled_end_and_free_their_slot(
             # state it meant once the process is gone.
             hung = run_of(2, lambda s: s.name == "TimedOut")
             cancelled = run_of(3, lambda s: s.is_cancelled())
-            slots = client.read_global_concurrency_limit_by_name(
-                f"dyngen-round-{DATASET}").active_slots
+            # None of them was run again: one run per step.
+            per_step = {step: len([r for r in client.read_flow_runs()
+                                   if (r.parameters.get("trigger") or {}).get("step") == step
+                                   and r.parameters.get("dataset") == DATASET])
+                        for step in (1, 2, 3, 4)}
         alive = serve.poll() is None
     finally:
         stop(serve)
 
     assert died.state.is_crashed() and "exited with code -9" in died.state.message
+    assert "not run again" in died.state.message
     assert hung.state.is_failed() and hung.state.name == "TimedOut", hung.state
     assert f"over {MAX_ROUND_SECONDS} s" in hung.state.message
     assert hung_seconds < MAX_ROUND_SECONDS + 30
     assert cancelled.state.is_cancelled(), cancelled.state
     assert [r.lineage["trigger"]["step"] for r in history[1:]] == [4]
-    assert slots == 0, "a dead round still holds the dataset's slot"
+    assert per_step == {1: 1, 2: 1, 3: 1, 4: 1}
     assert alive, "the serve process died with a round"
     assert verify(store, DATASET) == []

@@ -1,0 +1,153 @@
+"""What `dyngen serve` does with its deployment's runs besides running them.
+
+- `end_left_runs`: at start-up, holding the dataset's lease (dyngen.runtime.serve_lease), a
+  serve forces Crashed the runs a killed serve left Pending or Running (Cancelled those left
+  Cancelling). No process answers for them any more, and left so they would hold the
+  deployment's concurrency slot for ever. They are not run again: the next round covers
+  every batch end they would have (the store's inbox says what is pending).
+- `superseded_catch_ups`: a catch-up run due while a later run of its dataset is due too
+  does nothing the later one does not; such runs (a backlog the schedule made while nothing
+  served, or while a long round ran) are deleted instead of run one after another.
+- `pause_catch_up`: on a clean exit, the serve's catch-up schedule is turned off, so runs
+  do not pile up while nothing serves; the next serve turns it on again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+from uuid import UUID
+
+import httpx
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    FlowRunFilter,
+    FlowRunFilterExpectedStartTime,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+from prefect.states import Cancelled, Crashed
+
+SERVER_ERRORS = (httpx.HTTPError, PrefectHTTPStatusError, OSError)
+CATCH_UP_SLUG = "dyngen-catch-up"  # the slug of a served deployment's catch-up schedule
+PAGE = 200
+logger = logging.getLogger("dyngen.serve")
+
+
+def is_catch_up(run: Any) -> bool:
+    """Whether a run is a catch-up round (its trigger `{"catch_up": true}`)."""
+    trigger = (run.parameters or {}).get("trigger")
+    return isinstance(trigger, dict) and trigger.get("catch_up") is True
+
+
+def is_ours(run: Any, dataset: str | None) -> bool:
+    """Whether a run of the deployment is this serve's to answer for: of its dataset (of
+    any, serving every dataset), which its lease gives it alone."""
+    return dataset is None or (run.parameters or {}).get("dataset") == dataset
+
+
+def superseded_catch_ups(due: Iterable[Any]) -> list[Any]:
+    """Of runs due (by expected start), the catch-up runs a later due run of the same
+    dataset makes pointless (any round covers everything pending)."""
+    runs = list(due)
+    later: set[Any] = set()
+    out = []
+    for run in reversed(runs):
+        dataset = (run.parameters or {}).get("dataset")
+        if is_catch_up(run) and dataset in later:
+            out.append(run)
+        later.add(dataset)
+    return out[::-1]
+
+
+def drop(client: SyncPrefectClient, runs: Iterable[Any]) -> int:
+    """Delete runs that never started; how many were."""
+    dropped = 0
+    for run in runs:
+        try:
+            client.delete_flow_run(run.id)
+            dropped += 1
+        except ObjectNotFound:
+            continue
+    return dropped
+
+
+def end_left_runs(client: SyncPrefectClient, deployment_id: UUID, dataset: str | None) -> int:
+    """End the runs a killed serve left unfinished and drop superseded catch-up runs; once,
+    at start-up, by the serve holding the lease. How many runs were ended."""
+    ended = 0
+    for run in _runs(client, deployment_id, [StateType.PENDING, StateType.RUNNING,
+                                             StateType.CANCELLING]):
+        if not is_ours(run, dataset):
+            continue
+        if run.state is not None and run.state.is_cancelling():
+            state = Cancelled(message="cancelled while no `dyngen serve` ran it; the next "
+                                      "serve of its dataset ended it at start-up")
+        else:
+            state = Crashed(message=(
+                f"left {run.state.name if run.state else 'unfinished'} by a `dyngen serve` "
+                "that was killed with its round; the next serve of its dataset ended it at "
+                "start-up (the next round covers what it would have)"))
+        client.set_flow_run_state(run.id, state, force=True)
+        logger.warning("flow run %s (%s): %s", run.name, run.id, state.message)
+        ended += 1
+    now = datetime.now(timezone.utc)
+    due = [r for r in _runs(client, deployment_id, [StateType.SCHEDULED], before=now)
+           if is_ours(r, dataset)]
+    dropped = drop(client, superseded_catch_ups(due))
+    if dropped:
+        logger.warning("dropped %d catch-up runs due at start-up, older than the newest one "
+                       "(which covers what they would)", dropped)
+    return ended
+
+
+def pause_catch_up(deployment_name: str, dataset: str | None,
+                   wait_seconds: float = 3.0) -> None:
+    """Turn the deployment's catch-up schedule of `dataset` off (a clean exit), waiting at
+    most `wait_seconds` (a server that is down is not waited for). Other schedules (a
+    user's own) are left as they are."""
+    def pause() -> None:
+        with get_client(sync_client=True) as client:
+            deployment = client.read_deployment_by_name(deployment_name)
+            for schedule in client.read_deployment_schedules(deployment.id):
+                if schedule.active and schedule.slug == CATCH_UP_SLUG and \
+                        (schedule.parameters or {}).get("dataset") == dataset:
+                    # Its parameters restated: Prefect 3.9 clears what an update omits.
+                    client.update_deployment_schedule(deployment.id, schedule.id,
+                                                      active=False,
+                                                      parameters=schedule.parameters)
+
+    def guarded() -> None:
+        try:
+            pause()
+        except (*SERVER_ERRORS, ObjectNotFound) as exc:
+            logger.info("could not turn the catch-up schedule off: %s", exc)
+
+    thread = threading.Thread(target=guarded, name="dyngen-pause-catch-up", daemon=True)
+    thread.start()
+    thread.join(wait_seconds)
+
+
+def _runs(client: SyncPrefectClient, deployment_id: UUID, states: list[StateType],
+          before: datetime | None = None) -> list[Any]:
+    """The deployment's runs in `states` (due before `before`), by expected start."""
+    found: list[Any] = []
+    while True:
+        page = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=states)),
+                expected_start_time=FlowRunFilterExpectedStartTime(before_=before)
+                if before else None),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=PAGE, offset=len(found))
+        found += page
+        if len(page) < PAGE:
+            return found
