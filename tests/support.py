@@ -28,7 +28,9 @@ def write(path: Path, source: str) -> Path:
 
 
 def queued_triggers() -> list[dict]:
-    """The triggers of the batch ends waiting for the absent server (`no_server`), in order."""
+    """The triggers of the batch ends waiting for the absent server (`no_server`), in order:
+    events with no store to record their batch end (a batch end the store keeps sends a
+    wake-up, which is never queued)."""
     import json
 
     from dyngen.trainers.outbox import Outbox
@@ -36,9 +38,10 @@ def queued_triggers() -> list[dict]:
     return [json.loads(p.read_text())["payload"]["trigger"] for p in Outbox().pending(UNUSED_API)]
 
 
-def server_steps(api_url: str, dataset: str, count: int,
-                 auth_string: str | None = None) -> list[int]:
-    """Steps of the dataset's batch-end events the server recorded (once `count` are)."""
+def server_triggers(api_url: str, dataset: str, count: int,
+                    auth_string: str | None = None) -> list[dict]:
+    """The triggers of the dataset's batch-end events the server recorded (once `count`
+    are), oldest first."""
     import httpx
 
     from dyngen.server.auth import auth_headers
@@ -56,7 +59,13 @@ def server_steps(api_url: str, dataset: str, count: int,
         if len(found) >= count or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    return [e["payload"]["trigger"]["step"] for e in found]
+    return [e["payload"]["trigger"] for e in found]
+
+
+def server_steps(api_url: str, dataset: str, count: int,
+                 auth_string: str | None = None) -> list[int]:
+    """Steps of the dataset's batch-end events the server recorded (once `count` are)."""
+    return [t["step"] for t in server_triggers(api_url, dataset, count, auth_string)]
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -1,4 +1,5 @@
-"""A trainer's batch end goes into the dataset's inbox in the store first, then its event.
+"""A trainer's batch end goes into the dataset's inbox in the store first, then its event,
+which only wakes a round: sent once, never queued in the outbox.
 
 Real stores (a folder, memory://, moto's S3), the real outbox and a real Prefect server
 where an event is sent; a store that cannot be reached is a port where nothing listens,
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 
 import dyngen.trainers.events as events
 import dyngen.trainers.inbox_write as inbox_write
+import dyngen.trainers.outbox as outbox
 from dyngen.cli import app
 from dyngen.store import Store
 from dyngen.trainers.dataset import DyngenDataset
@@ -29,7 +31,7 @@ from dyngen.trainers.inbox_queue import InboxQueue
 from dyngen.trainers.outbox import Outbox
 from dyngen.trainers.rollouts import write_rollouts
 from tests.rows import verl_rows
-from tests.support import UNUSED_API, queued_triggers
+from tests.support import UNUSED_API, queued_triggers, server_triggers
 
 ROLLOUTS = [{"prompt": "What is 2 + 2?", "score": 1.0, "ground_truth": "4"},
             {"prompt": "What is 3 + 3?", "score": 0.0, "ground_truth": "6"}]
@@ -57,43 +59,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def server_triggers(api_url: str, dataset: str, count: int) -> list[dict[str, Any]]:
-    """The triggers of the dataset's batch-end events the server stored (once `count` are)."""
-    import httpx
-
-    body = {"filter": {"event": {"name": [events.EVENT_NAME]},
-                       "resource": {"id": [events.resource_id(dataset)]}, "order": "ASC"},
-            "limit": 50}
-    deadline = time.monotonic() + 30
-    while True:  # the server persists events every half second
-        found = httpx.post(f"{api_url}/events/filter", json=body, timeout=10).json()["events"]
-        if len(found) >= count or time.monotonic() > deadline:
-            return [e["payload"]["trigger"] for e in found]
-        time.sleep(0.5)
-
-
 def test_the_batch_end_is_in_the_store_before_its_event_goes_out(
         store: Store, tmp_path: Path, no_server: None,
         monkeypatch: pytest.MonkeyPatch) -> None:
     rollouts = write_rollouts(tmp_path / "step-3.jsonl", ROLLOUTS)
-    seen_at_delivery: list[Any] = []
-    deliver = Outbox.deliver
+    seen_at_sending: list[Any] = []
+    send = outbox.send_events
 
-    def watching(self: Outbox, api_url: str, event: Any = None) -> Any:
-        seen_at_delivery.append(Store(store.root).batch_end("ds", "run-a", 3))
-        return deliver(self, api_url, event)
+    def watching(api_url: str, sent: list, timeout: float | None = None) -> None:
+        seen_at_sending.append(Store(store.root).batch_end("ds", "run-a", 3))
+        send(api_url, sent, timeout=timeout)
 
-    monkeypatch.setattr(Outbox, "deliver", watching)
+    monkeypatch.setattr(outbox, "send_events", watching)
     event_id = events.emit_batch_end("ds", 3, {"score": 0.5}, str(rollouts),
                                      store=str(store.root), run="run-a")
-    assert seen_at_delivery[0] is not None and seen_at_delivery[0].event_id == event_id
+    assert seen_at_sending[0] is not None and seen_at_sending[0].event_id == event_id
+    assert seen_at_sending[0].key == ("run-a", 3)
     rollouts.unlink()  # the trainer's file is gone: the store holds its own copy
     other = Store(store.root)  # e.g. the worker's, on another host
     entry = other.batch_end("ds", "run-a", 3)
     assert entry is not None and dict(entry.metrics) == {"score": 0.5}
     assert other.read_rollouts(entry) == ROLLOUTS
-    trigger = queued_triggers()[0]  # the event is a wake-up naming the run and step
-    assert (trigger["run"], trigger["step"], trigger["event_id"]) == ("run-a", 3, event_id)
+    assert [e.key for e in other.pending("ds")] == [("run-a", 3)]  # what wakes a round
 
 
 def test_the_event_the_server_gets_names_the_run(store: Store, prefect_server: None) -> None:
@@ -110,17 +97,24 @@ def test_the_event_the_server_gets_names_the_run(store: Store, prefect_server: N
 
 
 def test_a_resent_step_writes_nothing_and_its_event_keeps_the_first_id(
-        store: Store, no_server: None, caplog: pytest.LogCaptureFixture) -> None:
-    first = events.send_batch_end("ds", 1, {"score": 0.5}, store=store, run="r")
-    again = events.send_batch_end("ds", 1, {"score": 0.9}, event_id="other", store=store,
+        store: Store, prefect_server: None, caplog: pytest.LogCaptureFixture) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    name = f"inbox-{uuid.uuid4().hex[:8]}"
+    store.create(name, verl_rows(2))
+    first = events.send_batch_end(name, 1, {"score": 0.5}, store=store, run="r")
+    again = events.send_batch_end(name, 1, {"score": 0.9}, event_id="other", store=store,
                                   run="r")
     assert (first.inbox, again.inbox) == ("written", "kept")
     assert again.event_id == first.event_id  # the round it wakes is the first one's
-    assert [(e.run, e.step, dict(e.metrics)) for e in Store(store.root).batch_ends("ds")] == \
+    assert [(e.run, e.step, dict(e.metrics)) for e in Store(store.root).batch_ends(name)] == \
         [("r", 1, {"score": 0.5})]
-    assert [t["metrics"] for t in queued_triggers()] == [{"score": 0.5}, {"score": 0.5}]
-    assert "'ds' run 'r' step 1 already has a batch end in the store, with other metrics" \
-        in caplog.text
+    # Both events the server got are the first batch end's: its id and its metrics.
+    assert [(t["event_id"], t["metrics"]) for t in
+            server_triggers(str(PREFECT_API_URL.value()), name, 2)] == \
+        [(first.event_id, {"score": 0.5})] * 2
+    assert f"{name!r} run 'r' step 1 already has a batch end in the store, with other " \
+        "metrics" in caplog.text
 
 
 def test_two_runs_keep_their_steps_apart_and_a_resumed_run_lands_nothing_twice(
@@ -161,11 +155,12 @@ def test_what_the_trainer_got_wrong_is_logged_never_raised(
                                 run="r")
     assert nan.inbox == "written" and dict(store.batch_end("ds", "r", 1).metrics) == \
         {"score": 0.5}
-    assert "metric(s) loss=nan are not finite numbers; they are left out" in caplog.text
+    assert "metric(s) loss=nan are not what the store takes" in caplog.text
     bad_run = events.send_batch_end("ds", 2, {"score": 0.5}, store=store, run="bad\nrun")
     assert (bad_run.inbox, bad_run.run, bad_run.status) == ("unrecorded", None, "queued")
     assert "training run id 'bad\\nrun': expected printable text" in caplog.text
-    assert "run" not in queued_triggers()[-1]  # the event still wakes a round
+    # The event, the batch end's only record, waits in the outbox: it still wakes a round.
+    assert [(t["step"], "run" in t) for t in queued_triggers()] == [(2, False)]
     text = tmp_path / "not-jsonl.txt"
     text.write_text("not json\n")
     bad_rollouts = events.send_batch_end("ds", 3, None, str(text), store=store, run="r")
@@ -208,10 +203,12 @@ def test_an_unreachable_store_queues_locally_and_the_next_emit_writes_it_in_orde
     sent = [events.send_batch_end("ds", s, {"score": s / 10}, ROLLOUTS if s == 1 else None,
                                   store=section, run="r") for s in (1, 2)]
     assert time.monotonic() - started < 2 * events.MAX_EMIT_SECONDS
-    assert [s.inbox for s in sent] == ["queued", "queued"]
-    assert [t["run"] for t in queued_triggers()] == ["r", "r"]  # the events still go
+    assert [(s.inbox, s.status) for s in sent] == [("queued", "dropped")] * 2
+    assert Outbox().pending(UNUSED_API) == []  # the wake-ups are not kept: the batch ends are
     queue = InboxQueue()
-    assert len(queue.pending("s3://bucket/stores/main")) == 2
+    queued = [json.loads(p.read_text()) for p in queue.pending("s3://bucket/stores/main")]
+    assert [(q["run"], q["step"], q["event_id"]) for q in queued] == \
+        [("r", 1, sent[0].event_id), ("r", 2, sent[1].event_id)]
     down = [r.getMessage() for r in caplog.records if "was not written to the store" in
             r.getMessage()]
     assert len(down) == 1 and "Training continues" in down[0]  # said once per outage
@@ -277,6 +274,7 @@ def test_dyngen_emit_flush_writes_what_an_unwritable_store_left_queued(
     assert flushed.exit_code == 0, flushed.output
     assert "wrote 1 queued batch end(s) into the store; 0 still in the retry queue" in \
         flushed.output
+    assert "delivered 0 queued event(s); 0 still in the outbox" in flushed.output
     entry = Store(store.root).batch_end(name, "job-7", 5)
     assert entry is not None and dict(entry.metrics) == {"score": 0.25}
     again = cli.invoke(app, ["--root", str(store.root), "emit", name, "--step", "5",
@@ -295,3 +293,47 @@ def test_dyngen_emit_for_a_dataset_not_in_the_store_sends_the_event_alone(
     assert not (tmp_path / "none").exists()  # nothing was created for it
     assert "run" not in json.loads(Outbox().pending(UNUSED_API)[0].read_text())["payload"][
         "trigger"]
+
+
+def test_a_wake_up_the_server_cannot_take_is_not_queued_and_said_once_per_outage(
+        store: Store, prefect_server: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    monkeypatch.setattr(events, "_server_down", False)
+    caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
+    started = time.monotonic()
+    down = [events.send_batch_end("ds", s, {"score": 0.5}, store=store, run="r",
+                                  api_url=UNUSED_API) for s in (1, 2, 3)]
+    assert time.monotonic() - started < 3 * events.MAX_EMIT_SECONDS
+    assert [(d.status, d.inbox, d.pending) for d in down] == [("dropped", "written", 0)] * 3
+    assert Outbox().pending(UNUSED_API) == []  # nothing waits for the server
+    # The batch end is what a round needs: the id is returned, as for a kept event.
+    assert events.emit_batch_end("ds", 4, store=store, run="r", api_url=UNUSED_API) == \
+        store.batch_end("ds", "r", 4).event_id
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "'ds' step 1 was not sent" in warnings[0] and "unreachable" in warnings[0]
+    assert "the batch end is in the store's inbox, and the next round covers it (the " \
+        "serve's catch-up schedule, or the next batch end's event)" in warnings[0]
+    assert [e.step for e in store.pending("ds")] == [1, 2, 3, 4]
+
+    live = str(PREFECT_API_URL.value())
+    name = f"inbox-{uuid.uuid4().hex[:8]}"
+    store.create(name, verl_rows(2))
+    back = events.send_batch_end(name, 5, store=store, run="r", api_url=live)
+    assert (back.status, back.delivered, back.inbox) == ("sent", 1, "written")
+    assert "the Prefect server is reachable again" in caplog.text
+    assert [t["step"] for t in server_triggers(live, name, 1)] == [5]  # sent once
+
+
+def test_dyngen_emit_says_a_wake_up_was_not_sent_and_goes_on(
+        store: Store, no_server: None) -> None:
+    result = CliRunner().invoke(app, ["--root", str(store.root), "emit", "ds", "--step", "2",
+                                      "--run", "job-1"])
+    assert result.exit_code == 0, result.output  # a shell training loop goes on
+    said = " ".join(result.output.split())
+    assert "recorded in the inbox of" in said and "was not sent" in said
+    assert "the batch end is in the store's inbox, and the next round covers it" in said
+    assert Outbox().pending(UNUSED_API) == []
+    assert store.batch_end("ds", "job-1", 2) is not None

@@ -1,13 +1,12 @@
-"""The outbox keeps batch ends the server could not take, and delivers them in order, once."""
+"""The outbox keeps the events the server could not take (batch ends without a store), and
+delivers them in order, once: an event the server answered 2xx for is gone from it."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -60,7 +59,8 @@ def test_queued_events_go_first_in_order_once_when_the_server_takes_them(
         box._write(live, events.batch_end_event("outbox-order", payload))
     first = events.send_batch_end("outbox-order", 4, api_url=live)
     assert (first.status, first.delivered, first.pending) == ("sent", 4, 0), first.reason
-    assert Outbox().pending(live) == []
+    # Taken is gone: nothing of the events is kept once the server answered 2xx.
+    assert sorted(p.name for p in box.folder(live).iterdir()) == [".lock", "server.txt"]
     assert events.flush_outbox(live).delivered == 0  # nothing is sent twice
     assert server_steps(live, "outbox-order", 4) == [1, 2, 3, 4]
 
@@ -78,8 +78,8 @@ def test_an_unreadable_or_refused_event_does_not_hold_back_the_rest(
     box._write(live, events.batch_end_event("outbox-bad", events.batch_end_payload(3)))
     caplog.set_level(logging.WARNING, logger="dyngen.trainers.outbox")
     result = events.flush_outbox(live)
-    assert (result.status, result.pending) == ("sent", 0)
-    assert str(bad) in caplog.text and "not an event" in caplog.text
+    assert (result.status, result.delivered, result.pending) == ("sent", 2, 0)  # taken only
+    assert str(bad) in caplog.text and "not an event" in caplog.text and not bad.exists()
     assert "refused batch-end event" in caplog.text and "step 2" in caplog.text
     kept = list((refused.parent / "refused").glob("*.json"))  # kept for a human, not resent
     assert [json.loads(k.read_text())["event"] for k in kept] == ["no resource"]
@@ -111,33 +111,3 @@ def test_emit_flush_from_the_command_line(outbox_dir: Path, prefect_server: None
                            capture_output=True, text=True, timeout=120)
     assert still.returncode == 1 and "1 still in the outbox" in still.stdout
     assert "unreachable" in still.stdout
-
-
-def test_an_event_the_server_took_and_lost_is_sent_again_and_one_it_stored_is_forgotten(
-        outbox_dir: Path, prefect_server: None) -> None:
-    from prefect.settings import PREFECT_API_URL
-
-    from dyngen.trainers.outbox import CONFIRM_AFTER_SECONDS, SENT_DIR
-
-    live = str(PREFECT_API_URL.value())
-    box = Outbox()
-    stored = events.send_batch_end("outbox-lost", 1, api_url=live)
-    assert stored.status == "sent" and len(box.unconfirmed(live)) == 1
-    # What a server killed right after answering leaves: an event it took and never
-    # stored (here: one it never saw), in sent/ since before the confirmation delay.
-    lost = box._write(live, events.batch_end_event("outbox-lost", events.batch_end_payload(2)),
-                      sub=SENT_DIR)
-    assert server_steps(live, "outbox-lost", 1) == [1]  # the server stored step 1 only
-    old = time.time() - CONFIRM_AFTER_SECONDS - 1
-    for path in box.unconfirmed(live):
-        os.utime(path, (old, old))
-    after = events.send_batch_end("outbox-lost", 3, api_url=live)
-    assert (after.status, after.delivered) == ("sent", 2)  # step 2 again, then step 3
-    assert not lost.exists()
-    assert server_steps(live, "outbox-lost", 3) == [1, 2, 3]
-    # Stored by now: each is forgotten once the delay has passed, none sent twice.
-    for path in box.unconfirmed(live):
-        os.utime(path, (old, old))
-    assert events.flush_outbox(live).unconfirmed == 0
-    assert box.unconfirmed(live) == [] and box.pending(live) == []
-    assert server_steps(live, "outbox-lost", 3) == [1, 2, 3]

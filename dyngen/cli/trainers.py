@@ -34,7 +34,7 @@ def emit_command(
     would; --flush writes and sends queued ones."""
     from dyngen.errors import ConfigError
     from dyngen.store.names import validate_name
-    from dyngen.trainers.events import flush_outbox, send_batch_end
+    from dyngen.trainers.events import COVERED_LATER, flush_outbox, send_batch_end
     from dyngen.trainers.outbox import Outbox
 
     out = ctx.obj.out
@@ -73,6 +73,10 @@ def emit_command(
                         f"{sent.event_id}) in the outbox {Outbox().root}: "
                         f"{sent.reason or 'the server is unreachable'}; the next emit or "
                         "`dyngen emit --flush` delivers it", markup=False)
+        return
+    if sent.status == "dropped":  # a wake-up the server did not take; the store keeps it
+        out.print(f"dyngen.batch.ended for {name!r} step {step} (event {sent.event_id}) was "
+                  f"not sent: {sent.reason}; {COVERED_LATER[sent.inbox]}", markup=False)
         return
     out.print(f"emitted dyngen.batch.ended for {name!r} step {step} (event "
                     f"{sent.event_id})", markup=False)

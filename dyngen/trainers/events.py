@@ -3,18 +3,23 @@
 Given the store (`store=`), the batch end is first written into the dataset's inbox there
 (dyngen.trainers.inbox_write: one immutable entry per training run and step, its rollouts
 in the store; queued locally while the store cannot be reached), and only then is the
-event sent: a wake-up for a round, which reads the inbox.
+event sent: a wake-up for a round, which covers every batch end pending in the inbox. It
+is sent once, with a short timeout, and never queued: one the server cannot take costs
+nothing, as the next round (the serve's catch-up schedule, or the next batch end's event)
+covers the batch end all the same.
+
+Without a store (or when the store refused the batch end), the event is the batch end's
+only record: one the server cannot take waits in the local outbox
+(`dyngen.trainers.outbox`) and is delivered, in order, by the next emit or `dyngen emit
+--flush`.
 
 Event scheme (documented in the README; the deployment trigger matches on it):
   event     dyngen.batch.ended
   resource  prefect.resource.id = dyngen.dataset.<name>, dyngen.dataset = <name>
-  payload   {"trigger": {"event_id", "step", "metrics", "rollouts", "previous", "run"}}
+  payload   {"trigger": {"event_id", "step", "metrics", "rollouts", "run"}}
 The trigger mapping is passed unchanged to `generation_round(trigger=...)`, which
 validates it; its event id becomes the round's idempotency key. `run` (with a store only)
 names the training run whose inbox entry (run, step) the event is about.
-`previous` names the batch end sent before it (dyngen.trainers.chain), for step order.
-Events go out through `POST /api/events` (the server answers once it has taken them);
-one the server cannot take waits in the local outbox (`dyngen.trainers.outbox`) until it can.
 """
 
 from __future__ import annotations
@@ -28,30 +33,47 @@ from typing import Any
 
 from dyngen.errors import ConfigError
 from dyngen.server.auth import AUTH_HINT
-from dyngen.trainers.chain import linked
-from dyngen.trainers.inbox_write import STORE_WAIT_SECONDS, Recorded, record_batch_end
+from dyngen.trainers import outbox as _outbox  # its send_events, looked up at each call
+from dyngen.trainers.inbox_write import (
+    STORE_WAIT_SECONDS,
+    Recorded,
+    clean_metrics,
+    record_batch_end,
+    store_metrics,
+)
 from dyngen.trainers.outbox import (
     FLUSH_BUDGET_SECONDS,
     LOCK_WAIT_SECONDS,
     SEND_TIMEOUT_SECONDS,
     Delivery,
     Outbox,
+    SendError,
     Status,
 )
-from dyngen.trainers.spread import finite
 
 EVENT_NAME = "dyngen.batch.ended"
 RESOURCE_PREFIX = "dyngen.dataset."
 DATASET_LABEL = "dyngen.dataset"
-# The longest an emit can take: the store's write (with a store), waiting for another
-# process's delivery, draining a backlog within its budget, and the last batch's request.
-# A dead server costs milliseconds.
-MAX_EMIT_SECONDS = (STORE_WAIT_SECONDS + LOCK_WAIT_SECONDS + FLUSH_BUDGET_SECONDS
-                    + SEND_TIMEOUT_SECONDS)
+WAKE_TIMEOUT_SECONDS = 1.0  # a wake-up's one request
+# The longest an emit can take: the store's write (with a store), then either one
+# wake-up request (the store kept the batch end) or the outbox's delivery (no store, or
+# one that refused it): waiting for another process's, draining a backlog within its
+# budget, and the last batch's request. A dead server costs milliseconds.
+MAX_EMIT_SECONDS = STORE_WAIT_SECONDS + max(
+    WAKE_TIMEOUT_SECONDS, LOCK_WAIT_SECONDS + FLUSH_BUDGET_SECONDS + SEND_TIMEOUT_SECONDS)
 START_SERVER = "Start the server (`prefect server start` or `dyngen demo --keep-server`) to resume."
 LOCAL_API_URL = "http://127.0.0.1:4200/api"  # where `prefect server start` listens
 SET_API_URL = (f"Point the trainer at the Prefect server `dyngen serve` uses: export "
                f"PREFECT_API_URL={LOCAL_API_URL} (for `prefect server start` on this machine).")
+# What becomes of a batch end whose event was not sent, by what became of it in the store.
+IN_INBOX = ("the batch end is in the store's inbox, and the next round covers it (the serve's "
+            "catch-up schedule, or the next batch end's event)")
+COVERED_LATER = {
+    "written": IN_INBOX, "kept": IN_INBOX,
+    "queued": "the batch end waits in the local retry queue for the store, and the first "
+              "round after it is written covers it (the serve's catch-up schedule, or a later "
+              "batch end's event)",
+}
 
 logger = logging.getLogger(__name__)
 _server_down = False  # warn once per outage, not once per batch
@@ -69,20 +91,17 @@ def resource_id(dataset: str) -> str:
 
 def batch_end_payload(step: int, metrics: Mapping[str, float] | None = None,
                       rollouts: str | None = None, event_id: str | None = None,
-                      previous: Mapping[str, Any] | None = None,
                       run: str | None = None) -> dict[str, Any]:
     """The event payload: the round's trigger, with an event id to make it idempotent (and
-    the batch end sent before it, when there is one; and the training run whose inbox
-    entry it is, when it was recorded in the store)."""
-    clean = {str(k): float(v) for k, v in (metrics or {}).items() if finite(v)}
+    the training run whose inbox entry it is, when it was recorded in the store). Only the
+    metrics the store takes are kept (`store_metrics`)."""
+    clean, _ = store_metrics(metrics)
     if rollouts is not None and "://" not in str(rollouts):
         # The round runs in another folder (or process) than the trainer: send the path
         # absolute, as the trainer meant it.
         rollouts = os.path.abspath(rollouts)
     trigger = {"event_id": event_id or str(uuid.uuid4()), "step": int(step),
                "metrics": clean, "rollouts": rollouts}
-    if previous is not None:
-        trigger["previous"] = dict(previous)
     if run is not None:
         trigger["run"] = run
     return {"trigger": trigger}
@@ -112,13 +131,19 @@ def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
     values, or a table) are copied into the store, so a round on any host reads them. A
     re-sent (run, step) writes nothing, and its event carries the first one's id. A store
     that cannot be reached keeps the batch end in a local retry queue, written by the next
-    emit to that store or by `dyngen emit --flush`. Without `store`, only the event.
+    emit to that store or by `dyngen emit --flush`. The event then only wakes a round: it
+    is sent once and, if the server cannot take it, not kept (one warning per outage); the
+    next round covers the batch end all the same, and the id is returned.
 
-    Never raises and never waits more than a few seconds (MAX_EMIT_SECONDS). An event the
-    server cannot take now waits in the local outbox (`dyngen.trainers.outbox`) and is
-    delivered, in order, by the next emit that reaches the server or by `dyngen emit
-    --flush`; its id is returned too. None means it was not kept: no server configured,
-    or the outbox is full, and no store recorded it.
+    Without `store` (or when the store refused the batch end), the event is all there is:
+    one the server cannot take now waits in the local outbox (`dyngen.trainers.outbox`)
+    and is delivered, in order, by the next emit that reaches the server or by `dyngen
+    emit --flush`; its id is returned too. None: no server configured, or the outbox is
+    full, and no store kept the batch end.
+
+    Never raises and never waits more than a few seconds (MAX_EMIT_SECONDS). Metrics the
+    store would refuse (not a finite number, a bool, a name it cannot hold) are left out,
+    with or without a store.
     """
     delivery = send_batch_end(dataset, step, metrics, rollouts, event_id=event_id,
                               api_url=api_url, store=store, run=run)
@@ -128,12 +153,14 @@ def emit_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
 
 @dataclass(frozen=True)
 class BatchEndDelivery:
-    """An emitted event's id and what became of it (see `dyngen.trainers.outbox.Delivery`)."""
+    """An emitted event's id and what became of it: sent, queued in the outbox, or dropped
+    (not sent and not queued: a wake-up the server did not take, whose batch end the store
+    keeps, is dropped too; see `inbox`)."""
 
     event_id: str
     status: Status
-    delivered: int = 0
-    pending: int = 0
+    delivered: int = 0  # events the server took in this call (the outbox's backlog included)
+    pending: int = 0  # the server's events left in the outbox (a wake-up never looks: 0)
     reason: str = ""  # why it was not sent (empty when it was)
     # With a store: what became of the batch end there (`Recorded.status`: written, kept,
     # queued or unrecorded), and the training run it is under; empty without a store.
@@ -149,53 +176,72 @@ def send_batch_end(dataset: str, step: int, metrics: Mapping[str, float] | None 
     became of the batch end in the store."""
     event_id = event_id or str(uuid.uuid4())
     if store is None:
-        return _send(dataset, step, metrics, rollouts, event_id, api_url)
+        return _deliver(dataset, step, clean_metrics(metrics, dataset, step), rollouts,
+                        event_id, api_url)
     try:
         recorded = record_batch_end(store, dataset, run, step, metrics, rollouts, event_id)
     except Exception as exc:  # never expected (it logs its own failures): never raised
         logger.warning("dyngen: batch end of %r step %s not recorded in the store: %s: %s",
                        dataset, step, type(exc).__name__, exc)
         recorded = Recorded("unrecorded", event_id, reason=str(exc))
-    if recorded.status != "unrecorded":
-        metrics = recorded.metrics
     if not isinstance(rollouts, (str, os.PathLike)):
         rollouts = None  # rows travel in the store only; an event names a file
-    sent = _send(dataset, step, metrics, rollouts, recorded.event_id, api_url, recorded)
+    if recorded.status == "unrecorded":  # the event is the batch end's only record
+        sent = _deliver(dataset, step, clean_metrics(metrics, dataset, step), rollouts,
+                        recorded.event_id, api_url)
+    else:
+        sent = _wake(dataset, step, rollouts, recorded, api_url)
     return replace(sent, inbox=recorded.status, run=recorded.run)
 
 
-def _send(dataset: str, step: int, metrics: Mapping[str, float] | None, rollouts: Any,
-          event_id: str, api_url: str | None,
-          recorded: Recorded | None = None) -> BatchEndDelivery:
-    """Send the batch end's event (its trigger naming the run it was recorded under)."""
-    global _server_down
-    run = recorded.run if recorded is not None else None
-    in_store = recorded is not None and recorded.status != "unrecorded"
-    try:
-        from prefect.settings import PREFECT_API_URL
+def _api_url(api_url: str | None) -> str | None:
+    from prefect.settings import PREFECT_API_URL
 
-        url = api_url or PREFECT_API_URL.value()
+    return api_url or PREFECT_API_URL.value() or None
+
+
+def _wake(dataset: str, step: int, rollouts: Any, recorded: Recorded,
+          api_url: str | None) -> BatchEndDelivery:
+    """Send the event of a batch end the store keeps: once, never queued."""
+    event_id = recorded.event_id
+    try:
+        url = _api_url(api_url)
         if not url:
-            _not_sent(dataset, step, "PREFECT_API_URL is not set", kept=False, fix=SET_API_URL,
-                      in_store=in_store)
-            return BatchEndDelivery(event_id, "dropped")
-        outbox = Outbox()
-        with linked(outbox.folder(url), dataset, int(step)) as link:
-            payload = batch_end_payload(step, metrics, rollouts, event_id, link.previous, run)
-            result = outbox.deliver(url, batch_end_event(dataset, payload))
-            if result.status != "dropped":  # sent, or on its way: the next one names it
-                link.record(event_id, int(step))
+            _not_sent(dataset, step, "PREFECT_API_URL is not set", fix=SET_API_URL,
+                      inbox=recorded.status)
+            return BatchEndDelivery(event_id, "dropped", reason="PREFECT_API_URL is not set")
+        payload = batch_end_payload(step, recorded.metrics, rollouts, event_id, recorded.run)
+        _outbox.send_events(url, [batch_end_event(dataset, payload)],
+                            timeout=WAKE_TIMEOUT_SECONDS)
+    except Exception as exc:  # a trainer must never die because of a wake-up
+        why = str(exc) if isinstance(exc, SendError) else f"{type(exc).__name__}: {exc}"
+        unauthorized = isinstance(exc, SendError) and exc.unauthorized
+        _not_sent(dataset, step, why, inbox=recorded.status,
+                  fix=f"To send it, {AUTH_HINT}." if unauthorized else START_SERVER)
+        return BatchEndDelivery(event_id, "dropped", reason=why)
+    _reachable("")
+    return BatchEndDelivery(event_id, "sent", delivered=1)
+
+
+def _deliver(dataset: str, step: int, metrics: Mapping[str, float], rollouts: Any,
+             event_id: str, api_url: str | None) -> BatchEndDelivery:
+    """Send the event through the outbox: queued when the server cannot take it."""
+    try:
+        url = _api_url(api_url)
+        if not url:
+            _not_sent(dataset, step, "PREFECT_API_URL is not set", fix=SET_API_URL)
+            return BatchEndDelivery(event_id, "dropped", reason="PREFECT_API_URL is not set")
+        payload = batch_end_payload(step, metrics, rollouts, event_id)
+        result = Outbox().deliver(url, batch_end_event(dataset, payload))
     except Exception as exc:  # a trainer must never die because of bookkeeping
-        _not_sent(dataset, step, f"{type(exc).__name__}: {exc}", kept=False, in_store=in_store)
-        return BatchEndDelivery(event_id, "dropped")
+        why = f"{type(exc).__name__}: {exc}"
+        _not_sent(dataset, step, why)
+        return BatchEndDelivery(event_id, "dropped", reason=why)
     if result.status == "sent":
-        if _server_down:
-            logger.warning("dyngen: the Prefect server is reachable again; batch-end events "
-                           "resume (%d sent from the outbox)", result.delivered - 1)
-            _server_down = False
+        _reachable(f" ({result.delivered - 1} sent from the outbox)")
     elif result.status == "queued":
         # Refused credentials need the setting, not a server start.
-        _not_sent(dataset, step, result.reason, kept=True,
+        _not_sent(dataset, step, result.reason, queued=True,
                   fix=f"To send it, {AUTH_HINT}." if result.unauthorized else START_SERVER)
     return BatchEndDelivery(event_id, result.status, result.delivered, result.pending,
                             result.reason)
@@ -213,16 +259,25 @@ def flush_outbox(api_url: str | None = None) -> Delivery:
     return Outbox().deliver(url)
 
 
-def _not_sent(dataset: str, step: int, why: str, *, kept: bool,
-              fix: str = START_SERVER, in_store: bool = False) -> None:
+def _not_sent(dataset: str, step: int, why: str, *, queued: bool = False,
+              fix: str = START_SERVER, inbox: str = "") -> None:
+    """Say once per outage that an event was not sent, and what becomes of its batch end."""
     global _server_down
     if not _server_down:
         what = ("it waits in the outbox and is sent, in order, once the server takes it (the "
-                "next emit, or `dyngen emit --flush`)" if kept
-                else "the batch end is in the store's inbox, for the next round to cover"
-                if in_store else "no generation round runs for it")
+                "next emit, or `dyngen emit --flush`)" if queued
+                else COVERED_LATER.get(inbox, "no generation round runs for it"))
         logger.warning("dyngen: batch-end event for dataset %r step %s was not sent: %s. "
                        "Training continues; %s. %s", dataset, step, why, what, fix)
         _server_down = True
     else:
         logger.debug("dyngen: batch-end event for %r step %s not sent: %s", dataset, step, why)
+
+
+def _reachable(detail: str) -> None:
+    """Say once that the server takes events again, after an outage was said."""
+    global _server_down
+    if _server_down:
+        logger.warning("dyngen: the Prefect server is reachable again; batch-end events "
+                       "resume%s", detail)
+        _server_down = False

@@ -7,7 +7,9 @@ nothing twice. The write runs in a helper thread and is waited for at most
 STORE_WAIT_SECONDS: a store that does not answer in time, or cannot be reached, costs the
 trainer that long at most, and the batch end waits in the local retry queue
 (dyngen.trainers.inbox_queue), which the next write to that store empties first. What the
-trainer got wrong (a run id or metrics the store cannot hold) is logged, never raised.
+trainer got wrong (a run id, rollouts the store cannot hold) is logged, never raised; a
+metric the store would refuse is left out (`store_metrics`: the rule every trainer path,
+and its event, applies).
 
 The training run's identity: the `run` given, else `$DYNGEN_RUN`, else DEFAULT_RUN. A
 resumed run and a new run can only be told apart by their names: two runs under one name
@@ -17,8 +19,6 @@ are one run to the store, and the later one's steps that the first sent land not
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import os
 import threading
 from collections.abc import Mapping
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dyngen.store.covered import check_run, check_step
-from dyngen.store.inbox_input import check_metrics
+from dyngen.store.inbox_input import MAX_METRICS, MAX_TEXT, check_metrics
 from dyngen.store.names import validate_name
 from dyngen.trainers.inbox_queue import Flushed, InboxQueue, retryable
 
@@ -89,21 +89,50 @@ def open_store(store: Any) -> Any:
     return _stores[key]
 
 
-def clean_metrics(metrics: Mapping[str, Any] | None, dataset: str, step: int
-                  ) -> dict[str, float]:
-    """Metrics as finite floats; one that is not a finite number is left out, and said."""
-    out, dropped = {}, []
-    for name, value in dict(metrics or {}).items():
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) \
-                and math.isfinite(float(value)):
-            out[name] = float(value)
-        else:
-            dropped.append(f"{name}={value!r}"[:80])
-    if dropped and _once("metrics", dataset, *sorted(d.split("=")[0] for d in dropped)):
-        logger.warning("dyngen: batch end of %r step %s: metric(s) %s are not finite numbers; "
-                       "they are left out of it (and of later batch ends, said once). Log "
-                       "them as numbers, or leave them out.", dataset, step, ", ".join(dropped))
-    return check_metrics(out)
+def store_metrics(metrics: Any) -> tuple[dict[str, float], list[str]]:
+    """The metrics the store takes, as floats, and `name=value` of each it would refuse.
+
+    One rule for every trainer path: the store's own check (`check_metrics`), applied to
+    each metric alone, so one it refuses is left out instead of refusing the batch end;
+    past MAX_METRICS the rest are left out too. Never raises."""
+    if metrics is None:
+        return {}, []
+    if not isinstance(metrics, Mapping):
+        return {}, [f"metrics={_shown(metrics)} (not a mapping of names to numbers)"]
+    kept: dict[str, float] = {}
+    left_out = []
+    for name, value in metrics.items():
+        try:
+            one = check_metrics({name: value})
+        except Exception:  # BatchEndError, or a number whose float() fails its own way
+            label = name[:MAX_TEXT] if isinstance(name, str) else _shown(name)
+            left_out.append(f"{label}={_shown(value)}")
+            continue
+        if len(kept) >= MAX_METRICS:
+            left_out.append(f"{name} (past the first {MAX_METRICS})")
+            continue
+        kept.update(one)
+    return kept, left_out
+
+
+def clean_metrics(metrics: Any, dataset: str, step: int) -> dict[str, float]:
+    """`store_metrics`, saying which are left out (once per dataset and names)."""
+    kept, left_out = store_metrics(metrics)
+    if left_out and _once("metrics", str(dataset), *sorted(m.split("=")[0] for m in left_out)):
+        logger.warning("dyngen: batch end of %r step %s: metric(s) %s are not what the store "
+                       "takes (a name of 1-%d characters, a finite number; at most %d); they "
+                       "are left out of it (and of later batch ends, said once). Log them as "
+                       "numbers, or leave them out.", dataset, step, ", ".join(left_out),
+                       MAX_TEXT, MAX_METRICS)
+    return kept
+
+
+def _shown(value: Any) -> str:
+    """A short repr, even of a value whose repr fails (an int too long to print)."""
+    try:
+        return repr(value)[:60]
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def record_batch_end(store: Any, dataset: str, run: str | None, step: int,

@@ -1,13 +1,18 @@
 """A durable local outbox: batch-end events wait here while the Prefect server is away.
 
+An event goes through the outbox when it is the only record of its batch end (no store,
+or one that refused the batch end). With a store, the batch end is in the store's inbox and
+its event only wakes a round: it is sent once and never queued here
+(dyngen.trainers.events).
+
 One folder per server address under the outbox root (`$DYNGEN_OUTBOX`, else the user's
 cache folder), one JSON file per event, named so that names sort in the order the events
 were queued. `deliver` sends the queued events of that server first, in order, in
-batches (`POST /api/events`, which answers only once the server has taken them), and
-removes each file only after its batch was accepted: a crash in between re-sends it, which
-is harmless because the trigger's event id is the round's idempotency key. A file lock
-makes processes sharing an outbox deliver one at a time, so no event goes out twice in a
-normal run. No call waits more than a few seconds, so a training step is never held up.
+batches (`POST /api/events`), and removes each file once the server answered 2xx: a crash
+in between sends it again, which is harmless because the trigger's event id is the round's
+idempotency key. A file lock makes processes sharing an outbox deliver one at a time, so
+no event goes out twice in a normal run. No call waits more than a few seconds, so a
+training step is never held up.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dyngen.locations import user_cache
 from dyngen.server.auth import auth_headers, credentials_problem
 
 OUTBOX_ENV = "DYNGEN_OUTBOX"
@@ -36,37 +42,31 @@ LOCK_WAIT_SECONDS = 1.0
 # An emit stops draining a backlog after this long and queues its own event behind the
 # rest: the next emit (or `dyngen emit --flush`) goes on where it stopped.
 FLUSH_BUDGET_SECONDS = 1.5
-
-SENT_DIR = "sent"  # events the server took, until it has shown it stored them
-CONFIRM_AFTER_SECONDS = 5.0  # the server stores events within ~2 s (its persister's flush)
-CONFIRM_EVENTS = 200  # asked about per delivery
-CONFIRM_TRIES = 3  # an event the server takes and never stores is let go after this
+REFUSED_DIR = "refused"  # events the server refused as malformed: kept, never sent again
 
 Status = Literal["sent", "queued", "dropped"]
 logger = logging.getLogger(__name__)
 _full_warned: set[Path] = set()  # outbox folders this process said are full (once each)
 _last_name = 0  # the newest file name this process wrote: names only increase
-_answered: dict[str, bool] = {}  # whether the last delivery to a server reached it
 
 
 @dataclass(frozen=True)
 class Delivery:
-    """What became of an event: sent to the server, queued in the outbox, or dropped."""
+    """What became of an event: sent to the server, queued in the outbox, or dropped (the
+    outbox is full, or the server refused it as malformed)."""
 
     status: Status
-    delivered: int = 0  # events sent by this call, earlier queued ones included
+    delivered: int = 0  # events the server took in this call, earlier queued ones included
     pending: int = 0  # events of this server still in the outbox afterwards
-    reason: str = ""  # why the server could not take them (empty when it did)
+    reason: str = ""  # why the server did not take them (empty when it did)
     unauthorized: bool = False  # the server refused this client's credentials
-    unconfirmed: int = 0  # events the server took, not yet seen stored (sent again if lost)
 
 
 def default_root() -> Path:
     """$DYNGEN_OUTBOX, else `dyngen/outbox` in the user's cache folder."""
     if os.environ.get(OUTBOX_ENV):
         return Path(os.environ[OUTBOX_ENV]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "dyngen" / "outbox"
+    return user_cache("outbox")
 
 
 def max_events() -> int:
@@ -121,105 +121,85 @@ class Outbox:
         with self._locked(api_url) as locked:
             if not locked:  # another process is delivering: keep the order, queue behind it
                 return self._queue_or_drop(api_url, event, "another process is delivering")
-            (self.folder(api_url) / SENT_DIR).mkdir(exist_ok=True)
-            if _answered.get(api_url):  # not while it is down: that costs a connect timeout
-                self._confirm(api_url)  # events the server took but lost go out again, first
             files: list[Path | None] = [*self.pending(api_url)]
             if event is not None:
                 files.append(None)  # None stands for `event`, sent in the last batch
-            sent, stopped = self._send_in_order(api_url, files, event)
-            _answered[api_url] = stopped is None or sent > 0
-            if stopped is None:
-                return Delivery("sent", sent, 0, unconfirmed=len(self.unconfirmed(api_url)))
-            if event is None or sent == len(files):
-                return Delivery("queued", sent, len(self.pending(api_url)), str(stopped),
-                                stopped.unauthorized)
-            return self._queue_or_drop(api_url, event, str(stopped), sent, stopped.unauthorized)
+            taken, own, stopped = self._send_in_order(api_url, files, event)
+            if stopped is not None:
+                if event is None:
+                    return Delivery("queued", taken, len(self.pending(api_url)),
+                                    str(stopped), stopped.unauthorized)
+                return self._queue_or_drop(api_url, event, str(stopped), taken,
+                                           stopped.unauthorized)
+            if event is not None and not own:
+                return Delivery("dropped", taken, len(self.pending(api_url)),
+                                "the server refused it (kept in the outbox's refused/)")
+            return Delivery("sent", taken, len(self.pending(api_url)))
 
     def _send_in_order(self, api_url: str, files: list[Path | None],
-                       event: Mapping[str, Any] | None) -> tuple[int, SendError | None]:
-        """Send in batches, oldest first, within the budget; (events sent, why it stopped)."""
+                       event: Mapping[str, Any] | None
+                       ) -> tuple[int, bool, SendError | None]:
+        """Send in batches, oldest first, within the budget, removing each queued file the
+        server took; (events it took, whether `event` was one, why it stopped)."""
         deadline = time.monotonic() + FLUSH_BUDGET_SECONDS
-        sent = 0
+        taken, own = 0, False
         for start in range(0, len(files), BATCH_EVENTS):
             if start and time.monotonic() > deadline:
-                return sent, SendError("the rest waits for the next emit (time budget)")
-            batch = files[start:start + BATCH_EVENTS]
-            events = [event if path is None else _read(path) for path in batch]
+                return taken, own, SendError("the rest waits for the next emit (time budget)")
+            batch = []
+            for path in files[start:start + BATCH_EVENTS]:
+                read = event if path is None else _read(path)
+                if read is not None:
+                    batch.append((path, read))
+            if not batch:
+                continue
+            stopped = None
             try:
-                send_events(api_url, [e for e in events if e is not None])
+                send_events(api_url, [e for _, e in batch])
+                done = [path for path, _ in batch]
             except SendError as exc:
                 if not exc.refused:
-                    return sent, exc
-                try:  # one bad event must not hold back the rest: send them one by one
-                    self._send_singly(api_url, events)
-                except SendError as again:  # the ones sent go again later, harmlessly
-                    return sent, again
-            # Only now: a crash before this line re-sends, harmlessly. Until the server
-            # shows it kept them (`_confirm`), they wait in sent/.
-            for path, sent_event in zip(batch, events, strict=True):
-                if path is not None:
-                    moved = self.folder(api_url) / SENT_DIR / path.name
-                    with contextlib.suppress(FileNotFoundError):
-                        path.rename(moved)
-                        os.utime(moved)  # when it was sent: it is confirmed from then on
-                elif sent_event is not None:
-                    self._write(api_url, sent_event, sub=SENT_DIR, durable=False)
-            sent += len(batch)
-        return sent, None
+                    return taken, own, exc
+                # One bad event must not hold back the rest: send them one by one.
+                done, stopped = self._send_singly(api_url, batch)
+            for path in done:  # only now: a crash before this line sends them again
+                if path is None:
+                    own = True
+                else:
+                    path.unlink(missing_ok=True)
+            taken += len(done)
+            if stopped is not None:
+                return taken, own, stopped
+        return taken, own, None
 
-    def unconfirmed(self, api_url: str) -> list[Path]:
-        """Events the server took that it has not yet shown it kept, oldest first."""
-        folder = self.folder(api_url) / SENT_DIR
-        return sorted(folder.glob("*.json")) if folder.is_dir() else []
-
-    def _confirm(self, api_url: str) -> None:
-        """Forget the sent events the server has stored; queue again, in their places, those
-        it took at least CONFIRM_AFTER_SECONDS ago and has not.
-
-        A server answers `POST /events` once the event is on its way inside it, and stores
-        it within a second or two; one killed in between has lost it, and with it the
-        batch end's round. Sent again (its event id unchanged), it lands once.
-        """
-        now = time.time()
-        due = [p for p in self.unconfirmed(api_url) if now - _mtime(p) >= CONFIRM_AFTER_SECONDS]
-        events = {p: _read(p) for p in due[:CONFIRM_EVENTS]}
-        ids = [str(e.get("id")) for e in events.values() if e is not None]
-        if not ids:
-            return
-        try:
-            kept = stored_event_ids(api_url, ids)
-        except SendError:
-            return  # asked again by the next delivery
-        for path, event in events.items():
-            if event is None:
-                continue
-            tries = _tries(path)
-            if str(event.get("id")) in kept:
-                path.unlink(missing_ok=True)
-            elif tries >= CONFIRM_TRIES:
-                path.unlink(missing_ok=True)
-                logger.warning("dyngen: the Prefect server at %s took batch-end event %s %d "
-                               "times and never stored it; it is not sent again", api_url,
-                               _describe(event), tries + 1)
-            else:
-                path.rename(self.folder(api_url) / f"{path.stem.split('~')[0]}~{tries + 1}.json")
-
-    def _send_singly(self, api_url: str,
-                     events: list[dict[str, Any] | Mapping[str, Any] | None]) -> None:
-        """Send each event alone; keep one the server refuses in `refused/`, and say so."""
-        for event in events:
-            if event is None:
-                continue
+    def _send_singly(self, api_url: str, batch: list[tuple[Path | None, Mapping[str, Any]]]
+                     ) -> tuple[list[Path | None], SendError | None]:
+        """Send each event alone; set one the server refuses aside in refused/, and say so.
+        (The ones the server took, why it stopped.)"""
+        done: list[Path | None] = []
+        for path, event in batch:
             try:
                 send_events(api_url, [event])
             except SendError as exc:
                 if not exc.refused:
-                    raise
-                kept = self._write(api_url, event, sub="refused")
+                    return done, exc
+                kept = self._set_aside(api_url, path, event)
                 logger.warning("dyngen: the Prefect server refused batch-end event %s (%s); "
                                "it is kept in %s and not sent again", _describe(event), exc,
                                kept)
+                continue
+            done.append(path)
+        return done, None
+
+    def _set_aside(self, api_url: str, path: Path | None, event: Mapping[str, Any]) -> Path:
+        """Keep a refused event in refused/ (moved there, when it was queued)."""
+        if path is None:
+            return self._write(api_url, event, sub=REFUSED_DIR)
+        target = self.folder(api_url) / REFUSED_DIR / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.rename(target)
+        return target
 
     def _queue_or_drop(self, api_url: str, event: Mapping[str, Any] | None, reason: str,
                        delivered: int = 0, unauthorized: bool = False) -> Delivery:
@@ -234,8 +214,7 @@ class Outbox:
         _full_warned.discard(self.folder(api_url))
         return Delivery("queued", delivered, len(queued) + 1, reason, unauthorized)
 
-    def _write(self, api_url: str, event: Mapping[str, Any], sub: str = "",
-               durable: bool = True) -> Path:
+    def _write(self, api_url: str, event: Mapping[str, Any], sub: str = "") -> Path:
         folder = self.folder(api_url) / sub if sub else self.folder(api_url)
         folder.mkdir(parents=True, exist_ok=True)
         server_note = folder / "server.txt"
@@ -249,8 +228,7 @@ class Outbox:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(event, fh)
             fh.flush()
-            if durable:  # a queued event survives a power loss, not just a crash
-                os.fsync(fh.fileno())
+            os.fsync(fh.fileno())  # a queued event survives a power loss, not just a crash
         final = folder / f"{name}.json"
         os.replace(tmp, final)
         return final
@@ -306,13 +284,17 @@ def _http_client() -> Any:
     return _clients[pid]
 
 
-def send_events(api_url: str, events: list[Mapping[str, Any]]) -> None:
-    """POST events to the server; raise SendError unless it answered 2xx."""
+def send_events(api_url: str, events: list[Mapping[str, Any]],
+                timeout: float | None = None) -> None:
+    """POST events to the server; raise SendError unless it answered 2xx. `timeout`
+    (seconds) overrides SEND_TIMEOUT_SECONDS for this request."""
     import httpx
 
+    limit = httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(
+        timeout, connect=min(timeout, CONNECT_TIMEOUT_SECONDS))
     try:
         response = _http_client().post(f"{api_url.rstrip('/')}/events", json=list(events),
-                                       headers=auth_headers())
+                                       headers=auth_headers(), timeout=limit)
     except httpx.HTTPError as exc:
         raise SendError(f"the Prefect server at {api_url} is unreachable "
                         f"({type(exc).__name__})") from exc
@@ -324,48 +306,25 @@ def send_events(api_url: str, events: list[Mapping[str, Any]]) -> None:
                         f"{response.status_code}: {response.text[:200]}", response.status_code)
 
 
-def stored_event_ids(api_url: str, ids: list[str]) -> set[str]:
-    """Which of these event ids the server has stored; SendError if it cannot say."""
-    import httpx
-
-    body = {"filter": {"id": {"id": ids}}, "limit": len(ids)}
-    try:
-        response = _http_client().post(f"{api_url.rstrip('/')}/events/filter", json=body,
-                                       headers=auth_headers())
-    except httpx.HTTPError as exc:
-        raise SendError(f"the Prefect server at {api_url} is unreachable "
-                        f"({type(exc).__name__})") from exc
-    if not response.is_success:
-        raise SendError(f"the Prefect server at {api_url} answered HTTP "
-                        f"{response.status_code}", response.status_code)
-    return {str(e.get("id")) for e in response.json().get("events", [])}
-
-
-def _tries(path: Path) -> int:
-    """How many times an event was sent again (`<name>~<tries>.json`)."""
-    tail = path.stem.rpartition("~")[2] if "~" in path.stem else "0"
-    return int(tail) if tail.isdigit() else 0
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return time.time()
-
-
 def _read(path: Path) -> dict[str, Any] | None:
-    """A queued event, or None for a file that is not one (it is then removed, and said)."""
+    """A queued event, or None: gone meanwhile, unreadable now (skipped, and said), or
+    not an event (removed, and said)."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("dyngen: outbox file %s cannot be read (%s); it is skipped", path, exc)
+        return None
+    except ValueError as exc:
+        value, why = None, str(exc)
+    else:
         if isinstance(value, dict):
             return value
         why = f"a JSON {type(value).__name__}, not an event"
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        why = str(exc)
-    logger.warning("dyngen: outbox file %s is not an event (%s); it is skipped", path, why)
+    logger.warning("dyngen: outbox file %s is not an event (%s); it is removed", path, why)
+    with contextlib.suppress(OSError):
+        path.unlink()
     return None
 
 

@@ -17,10 +17,11 @@ they reach the round's lineage (`trigger.metrics`) and `dyngen report`.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from dyngen.store.inbox_input import check_metrics
 
 ZERO_SPREAD_SHARE = "dyngen/zero_spread_share"
 REWARD_SPREAD = "dyngen/reward_spread"
@@ -30,9 +31,13 @@ SAME = 1e-8
 
 
 def finite(value: Any) -> bool:
-    """Whether `value` is a finite int or float (a bool is not a number here)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)
+    """Whether the store keeps `value` as a metric (its own check, `check_metrics`): a real
+    number, numpy's included but not a bool, finite as a float. Never raises."""
+    try:
+        check_metrics({"value": value})
+    except Exception:  # BatchEndError, or a number whose float() fails its own way
+        return False
+    return True
 
 
 def prompt_key(prompt: Any) -> str:

@@ -17,9 +17,11 @@ its path); then its event is sent. Exactly once per step, across restarts of the
 and of verl: the store keeps one entry per (run, step), the event id is derived from the
 run id and the step (the round's idempotency key), and the last step emitted is kept in
 `<run folder>/follow.json`, so a step a restarted trainer logs again is not emitted again.
-Events go through `emit_batch_end`'s outbox, batch ends the store cannot take through its
-retry queue: none is lost while the server or the store is down. This module never
-imports verl.
+The batch end is recorded in the store's inbox (one the store cannot take waits in the
+local retry queue), and the event only wakes a round: one the server cannot take is not
+kept, as the next round covers the batch end; a batch end the store refused has only its
+event, which waits in the outbox (`send_batch_end`). None is lost while the server or the
+store is down. This module never imports verl.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The verl follower, file by file: partial lines, truncation, restarts, late rollout dumps.
 
-The server is away (the `no_server` fixture), so every batch end waits in the outbox, where
-the test reads exactly what would be delivered. The end-to-end run against verl 0.9.1's
+The server is away (the `no_server` fixture): every batch end is read back from the
+dataset's inbox in the store, which is what a round covers. The end-to-end run against verl 0.9.1's
 own writers and a served round is tests/verl/test_follow_verl.py.
 """
 
@@ -21,7 +21,6 @@ from dyngen.trainers.rollouts import event_id_for
 from dyngen.trainers.verl_files import MetricsTail
 from dyngen.trainers.verl_follow import VerlFollower, trigger_metrics
 from tests.rows import verl_rows
-from tests.support import queued_triggers as queued
 
 NAME = "follow-unit"
 
@@ -37,6 +36,12 @@ def store(tmp_path: Path) -> Store:
     store = Store(tmp_path / "store")
     store.create(NAME, verl_rows(3))
     return store
+
+
+def recorded(store: Store) -> list[Any]:
+    """The batch ends the follower recorded in the dataset's inbox, by step (the truth: the
+    events it sends only wake rounds)."""
+    return sorted(store.batch_ends(NAME), key=lambda e: e.step)
 
 
 def follower(store: Store, metrics: Path, **kwargs: Any) -> VerlFollower:
@@ -66,23 +71,24 @@ def test_one_batch_end_per_training_step_across_restarts(
                        + line(1) + line(2) + "not json\n" + line(3))
     first = follower(store, metrics)
     assert first.poll() == 3
-    assert [t["step"] for t in queued()] == [1, 2, 3]
-    assert [t["event_id"] for t in queued()] == [event_id_for("run-1", s) for s in (1, 2, 3)]
-    assert queued()[0]["metrics"] == {"training/global_step": 1.0, "critic/score/mean": 0.1}
+    assert [e.step for e in recorded(store)] == [1, 2, 3]
+    assert [e.event_id for e in recorded(store)] == [event_id_for("run-1", s) for s in (1, 2, 3)]
+    assert recorded(store)[0].metrics == {"training/global_step": 1.0, "critic/score/mean": 0.1}
+    assert {e.run for e in recorded(store)} == {"run-1"}
     # The follower restarts, then the trainer restarts from step 2 (the file is truncated).
     again = follower(store, metrics)
     assert again.poll() == 0
     metrics.write_text(json.dumps({"step": 2, "data": {"val-core/acc": 0.2}}) + "\n"
                        + line(3) + line(4))
     assert again.poll() == 1
-    assert [t["step"] for t in queued()] == [1, 2, 3, 4]
+    assert [e.step for e in recorded(store)] == [1, 2, 3, 4]
 
 
 def test_every_n_steps_and_a_bad_setting(store: Store, tmp_path: Path, no_server: None) -> None:
     metrics = tmp_path / "m.jsonl"
     metrics.write_text("".join(line(s) for s in range(1, 7)))
     assert follower(store, metrics, every_n_steps=3).poll() == 2
-    assert [t["step"] for t in queued()] == [3, 6]
+    assert [e.step for e in recorded(store)] == [3, 6]
     with pytest.raises(ConfigError, match="every-n-steps"):
         follower(store, metrics, every_n_steps=0)
 
@@ -103,15 +109,14 @@ def test_rollouts_are_awaited_then_converted_or_skipped(
     caplog.set_level(logging.WARNING)
     time.sleep(1.1)
     assert f.poll() == 2
-    one, two = queued()
-    assert one["step"] == 1 and one["rollouts"] is None
+    one, two = recorded(store)
+    assert one.step == 1 and one.rollouts is None
     assert "step 1's rollouts" in caplog.text and "without rollouts" in caplog.text
-    records = [json.loads(x) for x in Path(two["rollouts"]).read_text().splitlines()]
+    records = store.read_rollouts(two)  # in the store: a round on any host reads them
     assert records[0] == {"prompt": verl_rows(3)[1]["prompt"], "score": 1.0,
                           "ground_truth": "2"}
     assert records[1]["prompt"] == "user\nan unknown task\nassistant\n"  # kept, and said
     assert "1 of 2 rollouts of step 2 match no prompt" in caplog.text
-    assert Path(two["rollouts"]).is_relative_to(store.root / "rollouts" / NAME)
 
 
 def write_dump(dumps: Path, step: int, groups: list[list[float]]) -> None:
@@ -135,7 +140,7 @@ def test_each_batch_end_carries_the_dumps_reward_spread_and_daposs_evicted_group
     write_dump(dumps, 2, [[1, 0], [1, 1]])  # DAPO left 2 groups without and 1 with a spread out
     write_dump(dumps, 3, [[1, 0]])
     assert follower(store, metrics, rollout_dir=dumps).poll() == 3
-    one, two, three = (t["metrics"] for t in queued())
+    one, two, three = (e.metrics for e in recorded(store))
     assert one["dyngen/zero_spread_share"] == 0.5  # all 1s, all 0s: 2 of 4
     assert one["dyngen/reward_spread"] == pytest.approx((0.57735 + 0.5) / 4, abs=1e-5)
     assert two["dyngen/zero_spread_share"] == pytest.approx(3 / 5)

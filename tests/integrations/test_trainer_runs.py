@@ -1,7 +1,7 @@
 """Every trainer path records its batch ends in the store under its training run's identity:
 the dataset's on_batch_end (emit and inline), TRL's callback, `dyngen follow` for verl and
-prime-rl. The server is away (`no_server`): each event waits in the outbox, where the test
-reads the trigger that would be delivered."""
+prime-rl. The server is away (`no_server`): the event only wakes a round, so the tests read
+the store's inbox, which is what a round covers."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from dyngen.trainers.verl_follow import VerlFollower
 from tests.integrations.prime_rl_files import PrimeRLRun
 from tests.integrations.test_follow import line
 from tests.rows import verl_rows
-from tests.support import queued_triggers
 
 NAME = "runs"
 
@@ -47,10 +46,10 @@ def test_the_dataset_records_its_run_then_emits(store: Store, no_server: None) -
     rollouts = [{"prompt": "What is 1 + 1?", "score": 1.0, "ground_truth": "2"}]
     first = ds.on_batch_end(step=4, metrics={"score/mean": 0.5}, rollouts=rollouts)
     assert keys(store) == [("job-1", 4)]
-    assert Store(store.root).read_rollouts(store.batch_end(NAME, "job-1", 4)) == rollouts
-    trigger = queued_triggers()[0]
-    assert (trigger["run"], trigger["step"], trigger["event_id"]) == ("job-1", 4, first)
-    assert trigger["rollouts"] is None  # rows travel in the store; an event names a file
+    entry = Store(store.root).batch_end(NAME, "job-1", 4)
+    assert entry is not None and entry.event_id == first  # the id the trainer was given
+    assert dict(entry.metrics) == {"score/mean": 0.5}
+    assert Store(store.root).read_rollouts(entry) == rollouts  # rows travel in the store
     ds.on_batch_end(step=5, run="job-2")  # a run given per batch wins
     assert keys(store) == [("job-1", 4), ("job-2", 5)]
 
@@ -103,8 +102,11 @@ def test_the_trl_callback_records_under_its_run(store: Store, tmp_path: Path,
         state.global_step = step
         resumed.on_log(args, state, TrainerControl(), logs={"loss": 0.4})
     assert keys(store) == [(run, 1), (run, 2), (run, 3)]
-    assert [t["run"] for t in queued_triggers()] == [run] * 4
-    assert store.batch_end(NAME, run, 2).event_id == event_id_for(run, 2)
+    assert [e.event_id for e in Store(store.root).batch_ends(NAME)] == \
+        [event_id_for(run, s) for s in (1, 2, 3)]
+    # The resumed run's step 2 was asked for again: the first batch end's id, nothing new.
+    assert resumed.results == {2: event_id_for(run, 2), 3: event_id_for(run, 3)}
+    assert dict(store.batch_end(NAME, run, 2).metrics) == {"loss": 0.5}
 
 
 def test_the_verl_follower_records_under_its_run(store: Store, tmp_path: Path,
@@ -120,7 +122,7 @@ def test_the_verl_follower_records_under_its_run(store: Store, tmp_path: Path,
     assert store.batch_end(NAME, run, 2).metrics["critic/score/mean"] == 0.2
     named = VerlFollower(store.root, NAME, metrics, settle_seconds=0.0, run_id="given")
     assert named.poll() == 2
-    assert [t["run"] for t in queued_triggers()] == [run, run, "given", "given"]
+    assert sorted(keys(store)) == sorted([(run, 1), (run, 2), ("given", 1), ("given", 2)])
 
 
 def test_the_prime_rl_follower_records_under_its_output_dirs_run(

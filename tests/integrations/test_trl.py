@@ -166,8 +166,6 @@ def test_the_batch_end_carries_the_reward_spread_of_the_steps_completions(
         tmp_path: Path, no_server: None) -> None:
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from tests.support import queued_triggers
-
     store = Store(tmp_path / "store")
     store.create("trl-spread", verl_rows(2))
     callback = DyngenCallback("trl-spread", store.root, trainer=CompletionLog(), run_id="r")
@@ -176,10 +174,11 @@ def test_the_batch_end_carries_the_reward_spread_of_the_steps_completions(
     args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[])
     callback.on_log(args, state, TrainerControl(), logs={"loss": 0.5, "reward": 0.6})
     # Weighted rewards: [1, .5, 1] (a spread) and [.5, .5, .5] (none): one of two prompts.
-    metrics = queued_triggers()[0]["metrics"]
+    metrics = Store(store.root).batch_end("trl-spread", "r", 1).metrics
     assert metrics["dyngen/zero_spread_share"] == 0.5
     assert metrics["dyngen/reward_spread"] == pytest.approx(0.288675 / 2, abs=1e-6)
     state.global_step = 2  # TRL's own share wins where it logs one
     callback.on_log(args, state, TrainerControl(), logs={"loss": 0.4,
                                                          "frac_reward_zero_std": 0.25})
-    assert queued_triggers()[1]["metrics"]["dyngen/zero_spread_share"] == 0.25
+    assert Store(store.root).batch_end("trl-spread", "r", 2).metrics[
+        "dyngen/zero_spread_share"] == 0.25
