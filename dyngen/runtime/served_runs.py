@@ -5,9 +5,11 @@
   Cancelling). No process answers for them any more, and left so they would hold the
   deployment's concurrency slot for ever. They are not run again: the next round covers
   every batch end they would have (the store's inbox says what is pending).
-- `superseded_catch_ups`: a catch-up run due while a later run of its dataset is due too
-  does nothing the later one does not; such runs (a backlog the schedule made while nothing
-  served, or while a long round ran) are deleted instead of run one after another.
+- `superseded`: a catch-up run, or the wake-up of a batch end in the store, due while a
+  later run of its dataset is due too does nothing the later one does not; such runs (the
+  events of a trainer faster than rounds, a backlog the schedule made while nothing
+  served) are taken out of the queue instead of run one after another: waiting rounds
+  collapse into one, so the backlog stays bounded however fast batch ends come.
 - `pause_catch_up`: on a clean exit, the serve's catch-up schedule is turned off, so runs
   do not pile up while nothing serves; the next serve turns it on again.
 """
@@ -34,7 +36,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-from prefect.states import Cancelled, Crashed
+from prefect.states import Cancelled, Completed, Crashed
 
 SERVER_ERRORS = (httpx.HTTPError, PrefectHTTPStatusError, OSError)
 CATCH_UP_SLUG = "dyngen-catch-up"  # the slug of a served deployment's catch-up schedule
@@ -54,26 +56,43 @@ def is_ours(run: Any, dataset: str | None) -> bool:
     return dataset is None or (run.parameters or {}).get("dataset") == dataset
 
 
-def superseded_catch_ups(due: Iterable[Any]) -> list[Any]:
-    """Of runs due (by expected start), the catch-up runs a later due run of the same
-    dataset makes pointless (any round covers everything pending)."""
+def supersedable(run: Any) -> bool:
+    """Whether a later round does everything this run would: a catch-up run, or the
+    wake-up of a batch end in the store's inbox (its trigger names its training run). A
+    run of an event sent without a store is its batch end's only record: never."""
+    trigger = (run.parameters or {}).get("trigger")
+    return is_catch_up(run) or isinstance(trigger, dict) and trigger.get("run") is not None
+
+
+def superseded(due: Iterable[Any]) -> list[Any]:
+    """Of runs due (by expected start), those a later due run of the same dataset makes
+    pointless: that round starts after their batch ends were written (each was written
+    before its event, which made the run) and covers everything pending."""
     runs = list(due)
     later: set[Any] = set()
     out = []
     for run in reversed(runs):
         dataset = (run.parameters or {}).get("dataset")
-        if is_catch_up(run) and dataset in later:
+        if supersedable(run) and dataset in later:
             out.append(run)
         later.add(dataset)
     return out[::-1]
 
 
 def drop(client: SyncPrefectClient, runs: Iterable[Any]) -> int:
-    """Delete runs that never started; how many were."""
+    """Take superseded runs out of the queue: a catch-up run is deleted (it records
+    nothing), a wake-up run ends Completed saying which run covers its batch end. How many
+    were."""
     dropped = 0
     for run in runs:
         try:
-            client.delete_flow_run(run.id)
+            if is_catch_up(run):
+                client.delete_flow_run(run.id)
+            else:
+                client.set_flow_run_state(run.id, Completed(
+                    name="Superseded", message="a later round of its dataset, due after "
+                    "it, covers its batch end (every round covers all that is pending)"),
+                    force=True)
             dropped += 1
         except ObjectNotFound:
             continue
@@ -102,9 +121,9 @@ def end_left_runs(client: SyncPrefectClient, deployment_id: UUID, dataset: str |
     now = datetime.now(timezone.utc)
     due = [r for r in _runs(client, deployment_id, [StateType.SCHEDULED], before=now)
            if is_ours(r, dataset)]
-    dropped = drop(client, superseded_catch_ups(due))
+    dropped = drop(client, superseded(due))
     if dropped:
-        logger.warning("dropped %d catch-up runs due at start-up, older than the newest one "
+        logger.warning("dropped %d runs due at start-up behind a newer one of their dataset "
                        "(which covers what they would)", dropped)
     return ended
 

@@ -16,8 +16,8 @@ Each run keeps its own process, so what happens to it cannot take the serve proc
 - a child still running after `max_round_seconds` is stopped (SIGTERM, then SIGKILL) and
   its run TimedOut (Failed);
 - a run cancelled from the UI or CLI has its child stopped the same way, and ends Cancelled;
-- at start-up, the runs a killed serve left unfinished are ended, and catch-up runs made
-  pointless by a later one are dropped (dyngen.runtime.served_runs).
+- at start-up, the runs a killed serve left unfinished are ended; and, always, catch-up
+  and wake-up runs made pointless by a later one are dropped (dyngen.runtime.served_runs).
 Code is imported when serving starts: restart `dyngen serve` after changing it.
 
 Why a runner of dyngen's own beside Prefect's: `--isolation fork` is `dyngen serve`'s
@@ -61,7 +61,7 @@ from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
 from dyngen.runtime.served_runs import SERVER_ERRORS as _SERVER_ERRORS
-from dyngen.runtime.served_runs import drop, end_left_runs, superseded_catch_ups
+from dyngen.runtime.served_runs import drop, end_left_runs, superseded
 
 logger = logging.getLogger("dyngen.serve")
 
@@ -174,8 +174,8 @@ class WarmRunner:
 
         A run refused for a full concurrency limit (ENQUEUE) is put back as Scheduled for
         later; a refusal stops the claiming, so no run overtakes one waiting for the slot.
-        A catch-up run with a later run of its dataset due is dropped, not run: the later
-        round covers everything pending.
+        A catch-up or wake-up run with a later run of its dataset due is dropped, not run:
+        the later round covers everything pending (dyngen.runtime.served_runs.superseded).
         """
         if time.monotonic() < self._claim_after:
             return
@@ -186,8 +186,7 @@ class WarmRunner:
                 expected_start_time=FlowRunFilterExpectedStartTime(
                     before_=datetime.now(timezone.utc))),
             sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=WAITING_RUNS)
-        pointless = {r.id for r in superseded_catch_ups(r for r in runs
-                                                        if r.id not in self.children)}
+        pointless = {r.id for r in superseded(r for r in runs if r.id not in self.children)}
         if pointless:
             drop(client, (r for r in runs if r.id in pointless))
         for run in runs:

@@ -86,3 +86,23 @@ def test_serve_refuses_to_replace_the_work_pool_deployment_and_leaves_it_as_it_w
     finally:
         with get_client(sync_client=True) as client:
             client.delete_deployment(deployment_id)
+
+
+def test_waiting_runs_behind_a_later_one_of_their_dataset_are_superseded() -> None:
+    from uuid import uuid4
+
+    from prefect.client.schemas.objects import FlowRun
+
+    from dyngen.runtime.served_runs import superseded
+
+    def run(dataset: str, trigger: dict | None) -> FlowRun:
+        return FlowRun(flow_id=uuid4(), parameters={"dataset": dataset, "trigger": trigger})
+
+    wake = [run("a", {"event_id": f"e{s}", "run": "r", "step": s}) for s in (1, 2, 3)]
+    catch_up, other = run("a", {"catch_up": True}), run("b", {"run": "r", "step": 1})
+    legacy = run("a", {"event_id": "x", "step": 9})  # no store: its run is its only record
+    due = [wake[0], catch_up, other, legacy, wake[1], wake[2]]
+    # The last due run of each dataset stays; of the rest, what a later round covers goes.
+    assert superseded(due) == [wake[0], catch_up, wake[1]]
+    assert superseded([wake[2], legacy]) == [wake[2]]
+    assert superseded([legacy, run("a", None)]) == []
