@@ -90,5 +90,8 @@ def test_two_workers_overlap_rounds_and_cover_each_batch_end_once(
         assert [r.version for r in history] == list(range(len(history)))
         assert store.pending(name) == []
         assert verify(store, name) == []
-    assert any(a[0] < b[1] and b[0] < a[1] for a in spans["pair-a"] for b in spans["pair-b"]), \
-        f"rounds of the two datasets never ran at the same time: {spans}"
+    # Side by side on the two workers: some two rounds generated at the same time (of two
+    # datasets, or of one: its rounds may overlap, and the store's commit decides).
+    every = sorted(span for found in spans.values() for span in found)
+    assert any(a[1] > b[0] for a, b in zip(every, every[1:], strict=False)), \
+        f"no two rounds ever ran at the same time: {spans}"

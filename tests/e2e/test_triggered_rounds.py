@@ -161,11 +161,20 @@ def test_prefect_deploy_all_with_a_process_worker_runs_an_event_triggered_round(
     store = seeded(tmp_path, "deployed")
     env = env_for(auth_server, DYNGEN_STORE_ROOT=str(store.root),
                   PREFECT_WORKER_QUERY_SECONDS="1")
+    # A user's folder: an unchanged copy of prefect.yaml, and modules of their own named as
+    # dyngen's (the deployment names the round by module, so these are never imported).
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "prefect.yaml").write_text((REPO / "prefect.yaml").read_text())
+    for own in ("flows.py", "tasks.py"):
+        (project / own).write_text(f"raise ImportError('dyngen imported the user\\'s {own}')\n")
     prefect_cli(env, "work-pool", "create", "dyngen", "--type", "process", "--overwrite")
-    deployed = prefect_cli(env, "--no-prompt", "deploy", "--all")
-    assert "generation-round/on-batch-end" in deployed
+    deployed = subprocess.run([PREFECT, "--no-prompt", "deploy", "--all"], env=env,
+                              cwd=project, capture_output=True, text=True, timeout=300)
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    assert "generation-round/on-batch-end" in deployed.stdout
     log = tmp_path / "worker.log"
-    worker = spawn([PREFECT, "worker", "start", "--pool", "dyngen"], env, log, cwd=REPO)
+    worker = spawn([PREFECT, "worker", "start", "--pool", "dyngen"], env, log, cwd=project)
     try:
         wait_for_automation(auth_server.api_url, trigger_name(None),
                             auth_string=auth_server.auth_string)
