@@ -6,19 +6,25 @@ dataset, and N rounds of each kind, interleaved so that all see the same conditi
   empty flow        a flow that does nothing (Prefect's floor)
   same-shape flow   a flow of the round's 7 tasks and 2 artifacts, doing nothing
   direct round      dyngen.runtime.in_process.run_round: an 8-row round of the arithmetic curriculum
-  served round      emit_batch_end → automation → run → warm child → committed version
+  served round      emit_batch_end (the batch end into the store's inbox, then the event)
+                    → automation → run → warm child → the version covering it committed
 The in-process flows run as a direct round does (without Prefect's heartbeat, whose
 thread the sync engine joins at the end of every run: the "heartbeat on" row shows that
 cost). The server log counts requests answered 503 "database is locked": Prefect's client
 retries each after a back-off of 2 s or more.
 
     python benchmarks/trigger_latency.py [--events 20] [--databases sqlite postgresql]
-        [--isolation fork|process] [--prefect-batching]
+        [--isolation fork|process] [--prefect-batching] [--baseline REV]
+
+--baseline REV also runs REV's own copy of this benchmark (a git worktree of it, its code
+on PYTHONPATH) in the same run, and prints the served round's median and p95 of both:
+how this code's emit → committed time compares with REV's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -27,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,11 +125,12 @@ def _kinds(store, emit_batch_end, api_url: str) -> dict[str, Callable[[int], Non
                                    "name": "ArithmeticCurriculum"}}}
 
     def served(step: int) -> None:
-        event_id = emit_batch_end("served", step, {"score": 0.7}, api_url=api_url)
-        assert event_id is not None, "event not sent"
+        event_id = emit_batch_end("served", step, {"score": 0.7}, api_url=api_url,
+                                  store=store, run="bench")
+        assert event_id is not None, "batch end not kept"
         deadline = time.monotonic() + 120
-        while store.find_idempotency_key("served", f"event:{event_id}") is None:
-            assert time.monotonic() < deadline, "the served round did not commit in 120 s"
+        while store.covering_version("served", "bench", step) is None:
+            assert time.monotonic() < deadline, "no round covered the batch end in 120 s"
             time.sleep(0.02)
 
     return {
@@ -192,6 +199,8 @@ def main() -> None:
                          "(dyngen.server.local.SERVER_BATCHING), to compare the two.")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="Keep servers, stores and logs here (default: a temporary folder).")
+    ap.add_argument("--baseline", metavar="REV", default=None,
+                    help="Also run REV's copy of this benchmark and compare served rounds.")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one database, JSON out
     args = ap.parse_args()
     if args.prefect_batching:
@@ -207,20 +216,56 @@ def main() -> None:
     results = []
     for database in args.databases:
         # One process per database: Prefect's clients and workers are per process.
-        cmd = [sys.executable, __file__, "--one", database, "--events", str(args.events),
-               "--isolation", args.isolation]
-        if args.workdir:
-            cmd += ["--workdir", str(args.workdir)]
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith("RESULT "):
-                    results.append(json.loads(line.removeprefix("RESULT ")))
-                else:
-                    print(line, end="", flush=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"the {database} measurement failed (exit {proc.returncode})")
+        results.append(_one(Path(__file__), database, args))
+    baselines = []
+    if args.baseline:
+        with _worktree(args.baseline) as tree:
+            baselines = [_one(tree / "benchmarks" / "trigger_latency.py", database, args,
+                              env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+                         for database in args.databases]
     report(results)
+    for base, res in zip(baselines, results, strict=True):
+        old, new = base["times"]["served round"], res["times"]["served round"]
+        print(f"\n{res['database']} served round, emit → committed: {args.baseline} median "
+              f"{statistics.median(old):.2f} s, p95 {p95(old):.2f} s; this code median "
+              f"{statistics.median(new):.2f} s, p95 {p95(new):.2f} s; ratio (this / "
+              f"{args.baseline}) median {statistics.median(new) / statistics.median(old):.2f}x,"
+              f" p95 {p95(new) / p95(old):.2f}x")
+
+
+def _one(script: Path, database: str, args: argparse.Namespace,
+         env: dict[str, str] | None = None, cwd: Path | None = None) -> dict:
+    """Run `script --one database` (this benchmark, or a baseline's copy); its result."""
+    cmd = [sys.executable, str(script), "--one", database, "--events", str(args.events),
+           "--isolation", args.isolation]
+    if args.workdir:
+        cmd += ["--workdir", str(args.workdir / ("baseline" if cwd else "this"))]
+    result = None
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("RESULT "):
+                result = json.loads(line.removeprefix("RESULT "))
+            else:
+                print(("baseline " if cwd else "") + line, end="", flush=True)
+    if proc.returncode != 0 or result is None:
+        raise SystemExit(f"the {database} measurement of {script} failed "
+                         f"(exit {proc.returncode})")
+    return result
+
+
+@contextlib.contextmanager
+def _worktree(rev: str) -> Iterator[Path]:
+    """A detached git worktree of `rev`, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="dyngen-baseline-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
+                       check=True, capture_output=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                            str(tree)], check=False, capture_output=True)
 
 
 if __name__ == "__main__":
