@@ -65,13 +65,19 @@ def wait_until_covered(store: Store, name: str, count: int, log: Path,
                          f"{log.read_text()[-4000:]}")
 
 
-def test_a_batch_end_recorded_in_the_store_during_an_outage_is_covered_after_it(
-    own_server: LocalServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def trainer(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trainer's process: its own outbox, no outage seen yet, its warnings captured."""
     monkeypatch.setattr(events, "_server_down", False)
     monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
     caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
+
+
+@pytest.mark.usefixtures("trainer")
+def test_a_batch_end_recorded_in_the_store_during_an_outage_is_covered_after_it(
+    own_server: LocalServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
     name, run = "outage-stored", "job-1"
     store = Store(tmp_path / "store")
     store.create(name, verl_rows(4))
@@ -111,13 +117,10 @@ def test_a_batch_end_recorded_in_the_store_during_an_outage_is_covered_after_it(
           f"{[sorted(s for _, s in rec.covers) for rec in history[1:]]}")
 
 
+@pytest.mark.usefixtures("trainer")
 def test_no_batch_end_is_lost_in_a_server_outage(
     own_server: LocalServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(events, "_server_down", False)
-    monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
-    caplog.set_level(logging.WARNING, logger="dyngen.trainers.events")
     store = Store(tmp_path / "store")
     store.create(DATASET, verl_rows(4))
     log = tmp_path / "serve.log"
