@@ -29,6 +29,7 @@ Two ways to run each round, both a process of its own:
 from __future__ import annotations
 
 import _thread
+import contextlib
 import hashlib
 import os
 import sys
@@ -209,15 +210,31 @@ def prefect_api(dataset: str | None, root: str) -> Iterator[None]:
     server.start()
     print(f"dyngen: serving on {server.api_url} (UI {server.ui_url}), stopped with this "
           "serve. Trainers that record batch ends in the store need nothing more (catch-up "
-          "rounds cover them); `export PREFECT_API_URL={server.api_url}` in the trainer's "
+          f"rounds cover them); `export PREFECT_API_URL={server.api_url}` in the trainer's "
           "shell wakes a round at each batch end.", file=sys.stderr, flush=True)
-    os.environ["PREFECT_API_URL"] = server.api_url  # the rounds' processes too
+    # The rounds' processes too; and left set: Prefect code that runs after the block (its
+    # event and log workers' last flush at exit) must not start a temporary server of its
+    # own, with a database in PREFECT_HOME.
+    os.environ["PREFECT_API_URL"] = server.api_url
     try:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield
+            try:
+                yield
+            finally:
+                _drain_prefect_workers()
     finally:
-        os.environ.pop("PREFECT_API_URL", None)
         server.stop()
+
+
+def _drain_prefect_workers(timeout: float = 10.0) -> None:
+    """Deliver the events and logs Prefect's background workers hold, while the server
+    they are for still runs."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (EventsWorker, APILogWorker):
+        with contextlib.suppress(Exception):
+            worker.drain_all(timeout=timeout)
 
 
 def _stop_serving(why: str) -> None:

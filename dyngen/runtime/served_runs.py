@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Iterable
@@ -150,7 +151,10 @@ def pause_catch_up(deployment_name: str, dataset: str | None,
         except (*SERVER_ERRORS, ObjectNotFound) as exc:
             logger.info("could not turn the catch-up schedule off: %s", exc)
 
-    thread = threading.Thread(target=guarded, name="dyngen-pause-catch-up", daemon=True)
+    # In this thread's context: Prefect's settings (the server serve talks to) are a
+    # context variable, which a new thread would otherwise see as at import.
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(guarded,),
+                              name="dyngen-pause-catch-up", daemon=True)
     thread.start()
     thread.join(wait_seconds)
 
