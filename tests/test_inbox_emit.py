@@ -194,7 +194,8 @@ def s3_down(port: int, **client: Any) -> dict[str, Any]:
 
 
 def test_an_unreachable_store_queues_locally_and_the_next_emit_writes_it_in_order(
-        tmp_path: Path, no_server: None, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, no_server: None, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from moto.server import ThreadedMotoServer
 
     port = free_port()  # nothing listens there yet
@@ -221,6 +222,12 @@ def test_an_unreachable_store_queues_locally_and_the_next_emit_writes_it_in_orde
         boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="testing",
                      aws_secret_access_key="testing", region_name="us-east-1"
                      ).create_bucket(Bucket="bucket")
+        # The store is back: the next emit, once the last write against the dead port has
+        # given up (the client's own retries), writes the queue and then its batch end. On
+        # a loaded machine that can take over the 2 s a trainer waits; this test waits.
+        for writer in list(inbox_write._writing.values()):
+            writer.join(60)
+        monkeypatch.setattr(inbox_write, "STORE_WAIT_SECONDS", 60.0)
         third = events.send_batch_end("ds", 3, {"score": 0.3}, store=section, run="r")
         assert third.inbox == "written"
         other = Store.from_config(section)

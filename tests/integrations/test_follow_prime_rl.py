@@ -7,7 +7,6 @@ reads exactly what would be delivered, as tests/integrations/test_follow.py does
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from dyngen.trainers.prime_rl_follow import PrimeRLFollower
 from dyngen.trainers.rollouts import event_id_for
 from dyngen.trainers.verifiers import task_data
 from tests.integrations.prime_rl_files import PrimeRLRun, episode
-from tests.integrations.test_follow import NAME, queued  # the verl follower's, reused
+from tests.integrations.test_follow import NAME, recorded  # the verl follower's, reused
 from tests.rows import verl_rows
 from tests.support import as_a_terminal_job
 
@@ -52,12 +51,12 @@ def test_one_batch_end_per_step_with_metrics_and_rollouts_across_restarts(
         run.train_step(step, step_episodes(store, step))
     follower = PrimeRLFollower(store.root, NAME, run.metrics, run_id="r")
     assert follower.poll() == 2
-    first = queued()
-    assert [t["step"] for t in first] == [0, 1]
-    assert [t["event_id"] for t in first] == [event_id_for("r", s) for s in (0, 1)]
-    assert first[0]["metrics"] == {"train/agg/reward/mean": pytest.approx(2 / 3),
-                                   "progress/rollouts": 3.0, "time/step": 1.5}
-    records = [json.loads(x) for x in Path(first[1]["rollouts"]).read_text().splitlines()]
+    first = recorded(store)  # the batch ends in the dataset's inbox, by step
+    assert [e.step for e in first] == [0, 1] and {e.run for e in first} == {"r"}
+    assert [e.event_id for e in first] == [event_id_for("r", s) for s in (0, 1)]
+    assert first[0].metrics == {"train/agg/reward/mean": pytest.approx(2 / 3),
+                                "progress/rollouts": 3.0, "time/step": 1.5}
+    records = store.read_rollouts(first[1])  # in the store: a round on any host reads them
     rows = verl_rows(3)
     assert records == [  # the dataset's own prompts and truths, the failed trace left out
         {"prompt": rows[1]["prompt"], "score": 1.0, "ground_truth": "2"},
@@ -70,7 +69,7 @@ def test_one_batch_end_per_step_with_metrics_and_rollouts_across_restarts(
     run.train_step(1, step_episodes(store, 1))
     run.train_step(2, step_episodes(store, 2))
     assert again.poll() == 1
-    assert [t["step"] for t in queued()] == [0, 1, 2]
+    assert [e.step for e in recorded(store)] == [0, 1, 2]
 
 
 def test_a_step_without_episodes_is_emitted_without_rollouts(
@@ -79,7 +78,7 @@ def test_a_step_without_episodes_is_emitted_without_rollouts(
     run = PrimeRLRun(tmp_path / "outputs")
     run.log_metrics({"progress/rollouts": 0, "step": 3}, 3)  # --no-monitors.file episodes
     assert PrimeRLFollower(store.root, NAME, run.metrics, run_id="r").poll() == 1
-    assert queued()[0]["rollouts"] is None and "no episodes file" in caplog.text
+    assert recorded(store)[0].rollouts is None and "no episodes file" in caplog.text
 
 
 def test_follow_takes_one_trainer_file(tmp_path: Path, store: Store) -> None:
