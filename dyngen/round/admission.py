@@ -58,8 +58,10 @@ class Admitted:
     def nothing_to_do(self, parent: VersionRecord,
                       batch_ends: tuple[RoundBatchEnd, ...]) -> VersionRecord | None:
         """The version to answer with when the round has nothing to do at `parent`: the one
-        covering the batch end its trigger names, or (a catch-up round with nothing
-        pending) `parent` itself; None when it has work."""
+        covering the batch end its trigger names, or, with nothing pending, `parent` itself
+        for a catch-up round and for a wake-up whose batch end is not in the inbox yet (a
+        trainer's local retry queue holds it: the round that finds it pending covers it);
+        None when it has work."""
         key = self.trigger.batch_end
         found = None if key is None else self.store.covering_version(
             self.dataset, *key, version=parent.version)
@@ -67,7 +69,7 @@ class Admitted:
             get_run_logger().info("batch end run %s step %d is covered by version %d; "
                                   "nothing to do", key[0], key[1], found)
             return self.store.record(self.dataset, found)
-        if self.trigger.catch_up and not batch_ends:
+        if (self.trigger.catch_up or key is not None) and not batch_ends:
             get_run_logger().info("nothing pending in %s's inbox at version %d; nothing to do",
                                   self.dataset, parent.version)
             return parent

@@ -217,3 +217,18 @@ def test_a_round_that_loses_to_a_rival_while_its_own_batch_end_is_pending_runs_a
            "pending: loading again" in said(caplog)
     assert store.pending("ds") == [] and verify(store, "ds") == []
     assert gc(store, "ds", grace_seconds=0) == []  # the lost attempt's shards are gone
+
+
+def test_a_wake_up_whose_batch_end_is_not_in_the_store_yet_commits_nothing(
+        store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The trainer's store write was queued locally (the store was away); its event came.
+    caplog.set_level(logging.INFO, logger="prefect")
+    seen = tmp_path / "seen.json"
+    early = generation_round("ds", config(str(store.root), seen),
+                             {"event_id": "e1", "run": "run-a", "step": 1})
+    assert (early["version"], early["created"]) == (0, False) and not seen.exists()
+    assert "nothing pending in ds's inbox at version 0" in said(caplog)
+    # Once written, the next round covers it.
+    store.write_batch_end("ds", "run-a", 1, {"score": 0.5})
+    later = generation_round("ds", config(str(store.root), seen), {"catch_up": True})
+    assert later["created"] is True and store.head("ds").covers == (("run-a", 1),)
