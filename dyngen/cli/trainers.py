@@ -172,7 +172,9 @@ def follow_command(
     store = ctx.obj.store()
     follower = kind(store.root, validate_name(name), metrics, rollout_dir=rollout_dir,
                     every_n_steps=every_n_steps, run_id=run_id,
-                    rollout_wait_seconds=rollout_wait, store=store)
+                    rollout_wait_seconds=rollout_wait, store=store,
+                    on_emit=lambda step, sent, rollouts: ctx.obj.out.print(
+                        step_line(step, sent, rollouts), markup=False))
     last = follower.last_step if follower.last_step >= 0 else "none"
     ctx.obj.out.print(f"following {metrics} for dataset {name!r} (run {follower.run_id}, "
                       f"last step emitted: {last}; rollouts to {follower.folder}); Ctrl-C "
@@ -181,3 +183,14 @@ def follow_command(
         follower.run(poll_seconds=poll_seconds)
     except KeyboardInterrupt:
         ctx.obj.out.print(f"stopped after step {follower.last_step}", markup=False)
+
+
+def step_line(step: int, sent: Any, rollouts: int) -> str:
+    """`dyngen follow`'s line for one step: where its batch end went, and its event."""
+    stored = {"written": "recorded in the store", "kept": "already in the store",
+              "queued": "queued for the store (unreachable)",
+              "unrecorded": "not recorded in the store"}.get(sent.inbox, "")
+    event = {"sent": "round woken", "queued": "event queued",
+             "dropped": "event not sent"}.get(sent.status, sent.status)
+    with_rollouts = f", {rollouts} rollouts" if rollouts else ", no rollouts"
+    return f"step {step}: batch end {stored or 'sent'}{with_rollouts}; {event}"

@@ -32,6 +32,7 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -112,6 +113,9 @@ class VerlFollower:
     api_url: str | None = None
     store: Any = None  # the Store at store_root (with its storage options); None: opened here
     emitted: list[StepMetrics] = field(default_factory=list)  # this process's, in order
+    # Told of each step emitted: its number, what became of it, how many rollouts went
+    # with it (`dyngen follow` prints a line per step).
+    on_emit: Callable[[int, Any, int], None] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.every_n_steps, bool) or not isinstance(self.every_n_steps, int) \
@@ -226,6 +230,8 @@ class VerlFollower:
         self.last_step = step.step
         self._save_state()
         self.emitted.append(step)
+        if self.on_emit is not None:
+            self.on_emit(step.step, sent, len(rows) if rollouts is not None else 0)
 
     # ---- state ---------------------------------------------------------------------
     def _load_state(self) -> int:

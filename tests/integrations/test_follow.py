@@ -179,3 +179,33 @@ def test_decoded_prompts_of_common_templates_map_back_to_the_row(
     index.refresh()
     assert index.lookup(decoded) == (verl_rows(3)[2]["prompt"], "4")
     assert index.lookup("user\nWhat is 22 + 2?\nassistant") is None  # a prefix is no match
+
+
+def test_dyngen_follow_prints_one_line_per_step(store: Store, tmp_path: Path,
+                                                 no_server: None) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(line(1) + line(2))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dyngen.cli", "--root", str(store.root), "follow", NAME,
+         "--verl-metrics", str(metrics), "--run", "r", "--poll-seconds", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": ""}, start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
+        while not any(x.startswith("step 2:") for x in lines):  # as each step is emitted
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    steps = [x.strip() for x in lines if x.startswith("step ")]
+    assert steps == [f"step {s}: batch end recorded in the store, no rollouts; event not sent"
+                     for s in (1, 2)], lines
+    assert [e.step for e in recorded(store)] == [1, 2]
