@@ -158,3 +158,27 @@ def test_a_partitioned_rounds_lineage_keeps_every_partitions_stats() -> None:
     assert merged["partition_stats"] == [{"kept": 1}, {"kept": 2}, {"kept": 3}]
     assert merged["partition_states"] == [{"seen": 0}, {"seen": 1}, {"seen": 2}]
     assert "partition_stats" not in union_generator_lineage([{"class": "G"}] * 2)
+
+
+def test_a_generator_loaded_from_a_file_is_shown_by_its_class_not_dyngens_module_name(
+        tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from dyngen.generators.base import AbstractDataGenerator
+    from dyngen.plugins import MODULE_PREFIX, load_class
+    from dyngen.round import generator_lineage
+    from dyngen.round.lineage import lineage_cells, shown_class
+
+    source = tmp_path / "harder_sums.py"
+    source.write_text("from dyngen.generators.base import AbstractDataGenerator\n\n"
+                      "class HarderSums(AbstractDataGenerator):\n"
+                      "    def generate(self, dataset):\n        return []\n")
+    cls = load_class(str(source), "HarderSums", AbstractDataGenerator)
+    lineage = generator_lineage(OmegaConf.create({"path": str(source), "name": "HarderSums"}),
+                                cls({}))
+    # The record keeps the full name (it finds the generator's state); people see the class.
+    assert lineage["class"].startswith(MODULE_PREFIX) and lineage["path"] == str(source)
+    assert shown_class(lineage) == "HarderSums"
+    assert lineage_cells({"generator": lineage})[0] == "HarderSums"
+    packaged = {"class": "dyngen.generators.base.MockDataGenerator", "name": "MockDataGenerator"}
+    assert shown_class(packaged) == "dyngen.generators.base.MockDataGenerator"

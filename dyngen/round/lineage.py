@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from dyngen.plugins import MODULE_PREFIX
 from dyngen.round.context import RoundContext, Trigger
 from dyngen.round.inbox import covers_lineage, covers_text, rollouts_errors
 from dyngen.store import LogEntry, Store, VersionRecord
@@ -119,7 +120,7 @@ def round_markdown(rec: VersionRecord) -> str:
         "| field | value |",
         "|---|---|",
         f"| rows | {rec.rows} |",
-        f"| generator | `{gen.get('class', '')}` from `{gen.get('path', '')}` |",
+        f"| generator | `{shown_class(gen)}` from `{gen.get('path', '')}` |",
         f"| generator config hash | `{str(gen.get('config_hash', ''))[:16]}` |",
         f"| generated / kept | {counts.get('generated', 0)} / {counts.get('kept', 0)} |",
         f"| rejected | {', '.join(f'{k}: {v}' for k, v in reasons.items()) or 'none'} |",
@@ -259,9 +260,20 @@ def operation_text(rec: LogEntry) -> str:
     return rec.operation
 
 
+def shown_class(generator: Mapping[str, Any]) -> str:
+    """A generator's class as people name it: `module.Class`, or, for a class loaded from
+    a file (whose module dyngen named `_dyngen_plugin_<file>_<hash>`), the class alone, its
+    file beside it in the lineage's `path`. The record keeps the full name, which finds the
+    generator's state."""
+    full = str(generator.get("class") or "")
+    if full.startswith(MODULE_PREFIX):
+        return str(generator.get("name") or full.rpartition(".")[2])
+    return full
+
+
 def lineage_cells(lineage: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """Generator, trigger, counts and run id, compact; lineage is free-form, so be lenient."""
-    generator = as_dict(lineage.get("generator")).get("class") or ""
+    generator = shown_class(as_dict(lineage.get("generator")))
     trigger = as_dict(lineage.get("trigger"))
     parts = [f"step {trigger['step']}"] if trigger.get("step") is not None else []
     if trigger.get("event_id"):
