@@ -25,6 +25,7 @@ import dyngen.trainers.events as events
 import dyngen.trainers.inbox_write as inbox_write
 import dyngen.trainers.outbox as outbox
 from dyngen.cli import app
+from dyngen.server.processes import free_port
 from dyngen.store import Store
 from dyngen.trainers.dataset import DyngenDataset
 from dyngen.trainers.inbox_queue import InboxQueue
@@ -51,12 +52,6 @@ def store(tmp_path: Path) -> Store:
     store = Store(tmp_path / "store")
     store.create("ds", verl_rows(2))
     return store
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_batch_end_is_in_the_store_before_its_event_goes_out(

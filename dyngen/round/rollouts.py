@@ -112,13 +112,14 @@ class RolloutsPolicy:
                                 "while it was read; write each batch's file once, completely.")
         return parse_rollouts(data, where)
 
-    def check_size(self, size: int, where: str) -> None:
-        """RolloutsError if `size` bytes of rollouts are over round.max_rollouts_bytes."""
+    def check_size(self, size: int, where: str,
+                   advice: str = "Send fewer rollouts per batch") -> None:
+        """RolloutsError if `size` bytes of rollouts (a file's, or a batch end's in the
+        store) are over round.max_rollouts_bytes."""
         if size > self.max_bytes:
             raise RolloutsError(
-                f"{where} are {size} bytes, over the bound round.max_rollouts_bytes="
-                f"{self.max_bytes}. Send fewer rollouts per batch, or raise the bound in the "
-                "deployment's config.")
+                f"{where}: {size} bytes, over the bound round.max_rollouts_bytes="
+                f"{self.max_bytes}. {advice}, or raise the bound in the deployment's config.")
 
     def parse(self, data: bytes, where: str) -> list[Rollout]:
         """Rollouts from JSONL bytes read elsewhere (a batch end's, from the store): the
@@ -131,11 +132,7 @@ class RolloutsPolicy:
         if kind is not None or not stat.S_ISREG(info.st_mode):
             raise RolloutsError(f"{where} is {kind or 'not a regular file'}; expected a regular "
                                 "JSONL file.")
-        if info.st_size > self.max_bytes:
-            raise RolloutsError(
-                f"{where} is {info.st_size} bytes, over the bound round.max_rollouts_bytes="
-                f"{self.max_bytes}. Write a smaller file per batch, or raise the bound in the "
-                "deployment's config.")
+        self.check_size(info.st_size, where, advice="Write a smaller file per batch")
 
     def _real_dirs(self) -> list[str]:
         out = []

@@ -55,7 +55,7 @@ from dyngen.errors import ConfigError
 from dyngen.flows.generation_round import generation_round
 from dyngen.runtime.serve_lease import LeaseLostError, store_lease
 from dyngen.runtime.served_runs import CATCH_UP_SLUG, end_left_runs, pause_catch_up
-from dyngen.runtime.warm_runner import WarmRunner
+from dyngen.runtime.warm_runner import WarmRunner, drain_prefect_workers
 from dyngen.store.location import store_settings
 from dyngen.store.names import validate_name
 from dyngen.trainers.events import (
@@ -221,20 +221,10 @@ def prefect_api(dataset: str | None, root: str) -> Iterator[None]:
             try:
                 yield
             finally:
-                _drain_prefect_workers()
+                with contextlib.suppress(Exception):  # before the server they are for stops
+                    drain_prefect_workers(timeout=10.0)
     finally:
         server.stop()
-
-
-def _drain_prefect_workers(timeout: float = 10.0) -> None:
-    """Deliver the events and logs Prefect's background workers hold, while the server
-    they are for still runs."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (EventsWorker, APILogWorker):
-        with contextlib.suppress(Exception):
-            worker.drain_all(timeout=timeout)
 
 
 def _stop_serving(why: str) -> None:

@@ -104,7 +104,7 @@ def end_left_runs(client: SyncPrefectClient, deployment_id: UUID, dataset: str |
     """End the runs a killed serve left unfinished and drop superseded catch-up runs; once,
     at start-up, by the serve holding the lease. How many runs were ended."""
     ended = 0
-    for run in _runs(client, deployment_id, [StateType.PENDING, StateType.RUNNING,
+    for run in deployment_runs(client, deployment_id, [StateType.PENDING, StateType.RUNNING,
                                              StateType.CANCELLING]):
         if not is_ours(run, dataset):
             continue
@@ -120,7 +120,7 @@ def end_left_runs(client: SyncPrefectClient, deployment_id: UUID, dataset: str |
         logger.warning("flow run %s (%s): %s", run.name, run.id, state.message)
         ended += 1
     now = datetime.now(timezone.utc)
-    due = [r for r in _runs(client, deployment_id, [StateType.SCHEDULED], before=now)
+    due = [r for r in deployment_runs(client, deployment_id, [StateType.SCHEDULED], before=now)
            if is_ours(r, dataset)]
     dropped = drop(client, superseded(due))
     if dropped:
@@ -159,18 +159,21 @@ def pause_catch_up(deployment_name: str, dataset: str | None,
     thread.join(wait_seconds)
 
 
-def _runs(client: SyncPrefectClient, deployment_id: UUID, states: list[StateType],
-          before: datetime | None = None) -> list[Any]:
-    """The deployment's runs in `states` (due before `before`), by expected start."""
+def deployment_runs(client: SyncPrefectClient, deployment_id: UUID, states: list[StateType],
+                    before: datetime | None = None, limit: int | None = None) -> list[Any]:
+    """The deployment's runs in `states` (due before `before`), by expected start: all of
+    them, or the first `limit`."""
     found: list[Any] = []
-    while True:
+    while limit is None or len(found) < limit:
+        want = PAGE if limit is None else min(PAGE, limit - len(found))
         page = client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
             flow_run_filter=FlowRunFilter(
                 state=FlowRunFilterState(type=FlowRunFilterStateType(any_=states)),
                 expected_start_time=FlowRunFilterExpectedStartTime(before_=before)
                 if before else None),
-            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=PAGE, offset=len(found))
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=want, offset=len(found))
         found += page
-        if len(page) < PAGE:
-            return found
+        if len(page) < want:
+            break
+    return found

@@ -44,16 +44,10 @@ from uuid import UUID
 
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
-    DeploymentFilter,
-    DeploymentFilterId,
     FlowRunFilter,
-    FlowRunFilterExpectedStartTime,
     FlowRunFilterId,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
 )
 from prefect.client.schemas.objects import State, StateType
-from prefect.client.schemas.sorting import FlowRunSort
 from prefect.deployments.runner import RunnerDeployment
 from prefect.exceptions import Abort
 from prefect.flows import Flow
@@ -61,7 +55,7 @@ from prefect.states import Cancelled, Crashed, Failed, Pending
 from prefect.utilities.engine import propose_state_sync
 
 from dyngen.runtime.served_runs import SERVER_ERRORS as _SERVER_ERRORS
-from dyngen.runtime.served_runs import drop, end_left_runs, superseded
+from dyngen.runtime.served_runs import deployment_runs, drop, end_left_runs, superseded
 
 logger = logging.getLogger("dyngen.serve")
 
@@ -179,13 +173,8 @@ class WarmRunner:
         """
         if time.monotonic() < self._claim_after:
             return
-        runs = client.read_flow_runs(
-            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
-            flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
-                expected_start_time=FlowRunFilterExpectedStartTime(
-                    before_=datetime.now(timezone.utc))),
-            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=WAITING_RUNS)
+        runs = deployment_runs(client, deployment_id, [StateType.SCHEDULED],
+                               before=datetime.now(timezone.utc), limit=WAITING_RUNS)
         pointless = {r.id for r in superseded(r for r in runs if r.id not in self.children)}
         if pointless:
             drop(client, (r for r in runs if r.id in pointless))
@@ -284,12 +273,20 @@ class WarmRunner:
         self._server_down = not up
 
 
+def drain_prefect_workers(timeout: float) -> None:
+    """Deliver the events (task runs, assets) and logs Prefect's background workers hold:
+    before a process ends without Prefect's exit hooks, or the server they are for stops."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    EventsWorker.drain_all(timeout=timeout)
+    APILogWorker.drain_all(timeout=timeout)
+
+
 def execute_flow_run(module: str, name: str, flow_run_id: str) -> None:
     """In a forked child: run one flow run through Prefect's engine, as a worker would."""
     from prefect.engine import handle_engine_signals
-    from prefect.events.worker import EventsWorker
     from prefect.flow_engine import run_flow
-    from prefect.logging.handlers import APILogWorker
 
     flow = getattr(importlib.import_module(module), name)
     try:
@@ -297,7 +294,4 @@ def execute_flow_run(module: str, name: str, flow_run_id: str) -> None:
             run = client.read_flow_run(UUID(flow_run_id))
             run_flow(flow, flow_run=run, return_type="state")
     finally:
-        # A forked child ends with os._exit, skipping Prefect's exit hooks: deliver the
-        # run's events (task runs, assets) and logs now.
-        EventsWorker.drain_all(timeout=30)
-        APILogWorker.drain_all(timeout=30)
+        drain_prefect_workers(timeout=30)  # a forked child ends with os._exit
