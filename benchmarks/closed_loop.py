@@ -48,7 +48,11 @@ TASKS = Path(__file__).with_name("closed_loop_tasks.py")
 sys.path.insert(0, str(TASKS.parent))
 
 import closed_loop_tasks as family  # noqa: E402
+from closed_loop_arms import ScreenedPool, recording_callback, summary  # noqa: E402
 from closed_loop_report import print_results  # noqa: E402
+
+ARMS = ("static", "dynamic", "dyngen", "frontier")
+DATASETS = {"dyngen": "closed-loop", "frontier": "closed-loop-frontier"}
 
 
 @dataclass
@@ -63,6 +67,7 @@ class Sizes:
     round_every: int = 2  # the dyngen arm asks for a round every K steps
     candidates: int = 16  # tasks a round draws for the band to cut
     pool: int = 256  # the static arm's pool
+    screen_cap: int = 8  # the dynamic-sampling arm: candidates screened per prompt slot
     eval_size: int = 40
     band: tuple[float, float] = (0.125, 0.875)
     learning_rate: float = 1e-5
@@ -81,6 +86,7 @@ class Arm:
     versions: list[dict[str, Any]] = field(default_factory=list)  # the dyngen arm's
     report: str | None = None
     load: tuple[float, float] = (0.0, 0.0)  # load average at its start and end
+    retired: int = 0  # rows retired (and not revived) in the head's difficulty record
 
 
 def base_model() -> Path:
@@ -121,8 +127,10 @@ class Recorder:
                   for c, rm in zip(completions, reward_model, strict=True)]
         step = int(trainer_state.global_step) + 1
         measured = [((info or {}).get("solve_rate") or {}) for info in kw.get("extra_info", [])]
+        shown = kw.get("_dyngen_difficulty") or []  # the frontier sampler's estimate
         self.steps.setdefault(step, {}).update(
             scores=scores, versions=kw.get("_dyngen_version"),
+            last_measured=[(d or {}).get("last_step") for d in shown] or None,
             measured=[m["passed"] / m["samples"] if m.get("samples") else None
                       for m in measured])
         return scores
@@ -174,6 +182,7 @@ def step_rows(recorder: Recorder, sizes: Sizes) -> list[dict[str, Any]]:
             "completion_tokens": round(float(log["completions/mean_length"])
                                        * sizes.prompts * g),
             "versions": versions[::g] if versions else None,
+            "last_measured": (rec.get("last_measured") or [])[::g] or None,
             # per prompt: the pass rate its round measured, the reward it got here
             "measured": rec["measured"][::g],
             "rewards": [sum(v) / g for v in groups.values()]})
@@ -220,21 +229,32 @@ def save_start(model: Any, tokenizer: Any, out: Path) -> None:
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": 0}))
 
 
-def run_static(root: Path, sizes: Sizes) -> Arm:
-    """The static arm: the pool, shuffled by TRL's sampler."""
+def run_static(root: Path, sizes: Sizes, dynamic: bool = False) -> Arm:
+    """The static arm: the pool, shuffled by TRL's sampler; `dynamic`: the same pool, each
+    prompt screened by the live policy first (closed_loop_arms.ScreenedPool)."""
     import datasets
+    from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
-    arm, started = Arm("static", load=(os.getloadavg()[0], 0.0)), time.perf_counter()
+    name = "dynamic" if dynamic else "static"
+    arm, started = Arm(name, load=(os.getloadavg()[0], 0.0)), time.perf_counter()
     pool = family.tasks(f"static-{sizes.seed}", sizes.pool, sizes.eval_size)
     recorder = Recorder()
+    data = (ScreenedPool(pool, sizes.generations, sizes.max_tokens, sizes.screen_cap,
+                         sizes.seed) if dynamic else datasets.Dataset.from_list(pool))
     trainer = GRPOTrainer(model=policy(sizes), reward_funcs=recorder,
-                          args=grpo_args(root / "static", sizes),
-                          train_dataset=datasets.Dataset.from_list(pool),
+                          args=grpo_args(root / name, sizes), train_dataset=data,
                           callbacks=[recorder.callback()])
+    if dynamic:
+        data.model, data.tokenizer = trainer.model, AutoTokenizer.from_pretrained(base_model())
     trainer.train()
     arm.steps = step_rows(recorder, sizes)
-    arm.accuracy_end = accuracy(root / "static" / f"checkpoint-{sizes.steps}", sizes)
+    if dynamic:  # the dataloader runs ahead of the steps: each step's prompts, in order
+        for i, s in enumerate(arm.steps):
+            took = data.screened[i * sizes.prompts:(i + 1) * sizes.prompts]
+            s["extra_rollouts"] = sum(t["rollouts"] for t in took)
+            s["screened"] = sum(t["candidates"] for t in took)
+    arm.accuracy_end = accuracy(root / name / f"checkpoint-{sizes.steps}", sizes)
     arm.seconds, arm.load = time.perf_counter() - started, (arm.load[0], os.getloadavg()[0])
     return arm
 
@@ -253,17 +273,21 @@ def round_config(root: Path, out: Path, sizes: Sizes) -> dict[str, Any]:
             "seed": sizes.seed}}}
 
 
-def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit") -> Arm:
+def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit", frontier: bool = False) -> Arm:
     """The dyngen arm; `mode` emit: rounds served by `dyngen serve` (already running,
-    see served_rounds), inline: in this process."""
+    see served_rounds), inline: in this process. `frontier`: the trainer draws with the
+    frontier sampler, and records every step's batch end (a round is still asked for
+    every `round_every` steps), so each trained group becomes an observation."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
+    from dyngen.difficulty.frontier import FrontierSampler
     from dyngen.store import Store
-    from dyngen.trainers.trl import DyngenCallback, FollowingDataset
+    from dyngen.trainers.trl import FollowingDataset
 
-    arm, started = Arm("dyngen", load=(os.getloadavg()[0], 0.0)), time.perf_counter()
-    out, store, name = root / "dyngen", Store(root / "store"), "closed-loop"
+    arm_name = "frontier" if frontier else "dyngen"
+    arm, started = Arm(arm_name, load=(os.getloadavg()[0], 0.0)), time.perf_counter()
+    out, store, name = root / arm_name, Store(root / "store"), DATASETS[arm_name]
     seed_row = family.tasks(f"seed-{sizes.seed}", 1, sizes.eval_size)
     if store.head_version(name) is None:
         store.create(name, seed_row)
@@ -271,13 +295,14 @@ def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit") -> Arm:
     save_start(model, AutoTokenizer.from_pretrained(base_model()), out)
     recorder = Recorder()
     trainer = GRPOTrainer(model=model, reward_funcs=recorder, args=grpo_args(out, sizes),
-                          train_dataset=FollowingDataset(store.root, name,
-                                                         block_rows=sizes.prompts,
-                                                         seed=sizes.seed),
+                          train_dataset=FollowingDataset(
+                              store.root, name, block_rows=sizes.prompts, seed=sizes.seed,
+                              sampler=FrontierSampler(group=sizes.generations) if frontier
+                              else "fresh_first"),
                           callbacks=[recorder.callback()])
-    callback = DyngenCallback(name, store.root, trainer=trainer, mode=mode,  # type: ignore[arg-type]
-                              every_n_steps=sizes.round_every,
-                              config=round_config(root, out, sizes))
+    callback = recording_callback(every_step=frontier)(
+        dataset=name, store_root=store.root, trainer=trainer, mode=mode,
+        every_n_steps=sizes.round_every, config=round_config(root, out, sizes))
     trainer.add_callback(callback)
     # The first round, before step 1, measures checkpoint-0 (the base model).
     first = callback.source.on_batch_end(step=0, metrics={}, event_id=str(uuid.uuid4()))
@@ -288,9 +313,12 @@ def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit") -> Arm:
     arm.seconds = time.perf_counter() - started
     wait_for_versions(store, name, list(callback.results.values()) if mode == "emit" else [])
     arm.versions = versions_of(store, name)
+    from dyngen.difficulty.record import DifficultyBook
+
+    arm.retired = len(DifficultyBook.at(store, name, store.head_version(name)).retired)
     from dyngen.report import write_report
 
-    arm.report = str(write_report(store, name, root / "report.html"))
+    arm.report = str(write_report(store, name, root / f"report-{arm_name}.html"))
     arm.load = (arm.load[0], os.getloadavg()[0])
     return arm
 
@@ -322,30 +350,34 @@ def versions_of(store: Any, name: str) -> list[dict[str, Any]]:
                     "policy_step": stage.get("policy_step"), "graded": stage.get("graded"),
                     "kept": stage.get("kept"), "histogram": stage.get("histogram"),
                     "completion_tokens": stage.get("completion_tokens"),
+                    "samples_spent": stage.get("samples_spent"),
                     "seconds": stage.get("seconds"), "effective": point.effective_share,
                     "metrics": point.metrics, "rows": rec.rows})
     return out
 
 
-def served_rounds(root: Path, sizes: Sizes) -> Any:
-    """A local Prefect server and `dyngen serve` running the dyngen arm's rounds."""
+def served_rounds(root: Path, sizes: Sizes, arms: list[str]) -> Any:
+    """A local Prefect server and a `dyngen serve` per dyngen arm, running its rounds."""
     from omegaconf import OmegaConf
 
     from dyngen.server.local import LocalServer, spawn, stop, wait_for_automation
     from dyngen.trainers.events import trigger_name
 
-    config = root / "rounds.yaml"
-    OmegaConf.save(OmegaConf.create(round_config(root, root / "dyngen", sizes)), config)
     server = LocalServer(root / "prefect").start()
     os.environ.update(server.env())
     os.environ["DYNGEN_OUTBOX"] = str(root / "outbox")
-    serve = spawn([sys.executable, "-m", "dyngen.cli", "--root", str(root / "store"),
-                   "--config", str(config), "serve", "--dataset", "closed-loop"],
-                  server.env(), root / "serve.log", cwd=REPO)
-    wait_for_automation(server.api_url, trigger_name("closed-loop"))
+    serves = []
+    for arm in [a for a in arms if a in DATASETS]:
+        config = root / f"rounds-{arm}.yaml"
+        OmegaConf.save(OmegaConf.create(round_config(root, root / arm, sizes)), config)
+        serves.append(spawn([sys.executable, "-m", "dyngen.cli", "--root", str(root / "store"),
+                             "--config", str(config), "serve", "--dataset", DATASETS[arm]],
+                            server.env(), root / f"serve-{arm}.log", cwd=REPO))
+        wait_for_automation(server.api_url, trigger_name(DATASETS[arm]))
 
     def close() -> None:
-        stop(serve)
+        for serve in serves:
+            stop(serve)
         server.stop()
 
     return close
@@ -361,7 +393,12 @@ def main() -> None:
     ap.add_argument("--band", type=float, nargs=2, default=list(defaults.band))
     ap.add_argument("--rounds", choices=("served", "inline"), default="served")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run's files here")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help=f"which arms, comma-separated, of {', '.join(ARMS)}")
     args = ap.parse_args()
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if not arms or set(arms) - set(ARMS):
+        ap.error(f"--arms: expected names among {', '.join(ARMS)}, found {args.arms!r}")
     sizes = Sizes(**{k: getattr(args, k) for k in asdict(defaults) if k != "band"},
                   band=(args.band[0], args.band[1]))
     import torch
@@ -370,19 +407,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dyngen-closed-loop-") as tmp:
         root = args.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        close = served_rounds(root, sizes) if args.rounds == "served" else (lambda: None)
+        close = (served_rounds(root, sizes, arms) if args.rounds == "served"
+                 else (lambda: None))
+        mode = "emit" if args.rounds == "served" else "inline"
+        done: dict[str, Arm] = {}
         try:
             t0 = time.perf_counter()
             start = accuracy(base_model(), sizes)
             eval_seconds = time.perf_counter() - t0
-            static = run_static(root, sizes)
-            dyngen = run_dyngen(root, sizes, "emit" if args.rounds == "served" else "inline")
+            for arm in arms:
+                done[arm] = (run_static(root, sizes, dynamic=arm == "dynamic")
+                             if arm in ("static", "dynamic")
+                             else run_dyngen(root, sizes, mode, frontier=arm == "frontier"))
+                print(f"arm {arm} done in {done[arm].seconds:.0f} s", flush=True)
         finally:
             close()
-        print_results(sizes, start, eval_seconds, static, dyngen)
+        if "static" in done and "dyngen" in done:
+            print_results(sizes, start, eval_seconds, done["static"], done["dyngen"])
+        print("\n".join(["", f"every arm (seed {sizes.seed}, {sizes.steps} steps):", "",
+                         *summary(list(done.values()), sizes)]), flush=True)
         (root / "results.json").write_text(json.dumps(
             {"sizes": asdict(sizes), "accuracy_start": start,
-             "arms": [asdict(static), asdict(dyngen)]}, default=str, indent=1))
+             "arms": [asdict(a) for a in done.values()]}, default=str, indent=1))
 
 
 if __name__ == "__main__":

@@ -66,7 +66,8 @@ def _global(
 @app.command("import")
 def import_(
     ctx: typer.Context, name: Name,
-    files: Annotated[list[Path], typer.Argument(help="verl .parquet or .jsonl files.")],
+    files: Annotated[list[Path], typer.Argument(
+        help="verl .parquet, .jsonl or .json (one JSON array) files.")],
     prompt_key: Annotated[str, typer.Option(help="Column holding the chat prompt.")] = "prompt",
 ) -> None:
     """Create a dataset at version 0 from verl-format files."""
@@ -131,6 +132,12 @@ def show(
     if rejected:
         for row in rows:
             row["row"] = parse_json(row.get("row"))
+    from dyngen.difficulty.record import DIFFICULTY_COLUMN, DifficultyBook, shown_text
+
+    book = None if rejected else DifficultyBook.at(store, name, rec.version)
+    if book is not None:  # each row's difficulty record, as of this version
+        for row in rows:
+            row[DIFFICULTY_COLUMN] = book.shown(row.get(rec.prompt_key, row.get("prompt")))
     if as_json:
         for row in rows:
             typer.echo(json.dumps(row, ensure_ascii=False, default=str))
@@ -156,11 +163,12 @@ def show(
             add_row(table, str(i), row.get("reason") or "", clip(row.get("detail") or "", 60),
                           prompt_text(original.get(prompt_key, original.get("prompt"))))
     else:
-        table = make_table(title, "#", "added in", "round", "generator", "source", "prompt")
+        table = make_table(title, "#", "added in", "round", "generator", "source",
+                           "difficulty", "prompt")
         for i, row in enumerate(rows, offset):
             add_row(table, str(i), f"v{row.get(VERSION_COLUMN)}",
                           short(row.get(ROUND_COLUMN)), row.get(GENERATOR_COLUMN) or "-",
-                          str(row.get("data_source", "")),
+                          str(row.get("data_source", "")), shown_text(row[DIFFICULTY_COLUMN]),
                           prompt_text(row.get(prompt_key, row.get("prompt"))))
     state.out.print(table)
 

@@ -153,6 +153,8 @@ RANGE_CHECKS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
      "round.near_duplicate.ngram=5"),
     ("round.near_duplicate.min_words", lambda v: v >= 0, "an integer >= 0",
      "round.near_duplicate.min_words=10"),
+    ("round.semantic_duplicate.same_answer_threshold", lambda v: 0 < v <= 1,
+     "a cosine in (0, 1]", "round.semantic_duplicate.same_answer_threshold=0.6"),
     ("mirror.format", lambda v: v in MIRROR_FORMATS, f"one of {', '.join(MIRROR_FORMATS)}",
      "mirror.format=delta"),
     ("mirror.dest", lambda v: v is None or non_empty(v),
@@ -186,6 +188,7 @@ def check_ranges(cfg: DictConfig) -> None:
                     "and a class name, e.g. {path: pkg://my_filters, name: MyFilter}."
                 )
     check_solve_rate(cfg.round.solve_rate)
+    check_difficulty(cfg.round.difficulty)
     near = cfg.round.near_duplicate
     if near.num_perm % near.bands:
         raise ConfigError(
@@ -216,6 +219,7 @@ def check_solve_rate(sr: DictConfig) -> None:
         if not ok(sr[name]):
             raise ConfigError(f"{key}.{name}: expected {expected}, found {describe(sr[name])}. "
                               f"Set it, e.g. {key}.{example}.")
+    check_sequential(sr.sequential, f"{key}.sequential")
     band = list(sr.keep)
     if len(band) != 2 or not 0 <= float(band[0]) <= float(band[1]) <= 1:
         raise ConfigError(
@@ -235,3 +239,40 @@ def check_solve_rate(sr: DictConfig) -> None:
             f"policy's OpenAI-compatible base URL, e.g. http://policy-host:8000/v1) or "
             f"{key}.model_path (an in-process model), found neither. Set one, or "
             f"{key}.enabled=false.")
+
+
+def check_difficulty(d: DictConfig) -> None:
+    """round.difficulty: a positive half-life, whole counts, shares inside [0, 1]."""
+    key = "round.difficulty"
+    for name, ok, expected, example in (
+            ("half_life_steps", lambda v: v > 0, "a number of steps > 0", "half_life_steps=4"),
+            ("retire_min_samples", lambda v: v >= 1, "an integer >= 1", "retire_min_samples=16"),
+            ("retire_window_steps", lambda v: v >= 0, "an integer >= 0",
+             "retire_window_steps=8"),
+            ("revive_rise", lambda v: 0 <= v <= 1, "a pass-rate rise in [0, 1]",
+             "revive_rise=0.25"),
+            ("broken_reward_min_groups", lambda v: v >= 1, "an integer >= 1",
+             "broken_reward_min_groups=8"),
+            ("broken_reward_share", lambda v: 0 < v <= 1, "a share in (0, 1]",
+             "broken_reward_share=0.95")):
+        if not ok(d[name]):
+            raise ConfigError(f"{key}.{name}: expected {expected}, found {describe(d[name])}. "
+                              f"Set it, e.g. {key}.{example}.")
+
+
+def check_sequential(seq: DictConfig, key: str) -> None:
+    """round.solve_rate.sequential: whole stage sizes >= 1, first <= cap, 0 < confidence < 1."""
+    for name, example in (("first", 4), ("step", 8), ("cap", 32)):
+        if seq[name] < 1:
+            raise ConfigError(f"{key}.{name}: expected an integer >= 1 (completions per row), "
+                              f"found {describe(seq[name])}. Set it, e.g. {key}.{name}={example}.")
+    if seq.first > seq.cap:
+        raise ConfigError(
+            f"{key}.first: expected at most {key}.cap ({seq.cap}), the most samples a row "
+            f"gets; found {seq.first}. Raise {key}.cap or lower {key}.first, e.g. "
+            f"{key}.first=4 {key}.cap=32.")
+    if not 0 < seq.confidence < 1:
+        raise ConfigError(
+            f"{key}.confidence: expected a probability strictly between 0 and 1 (the "
+            f"posterior mass on a verdict's side that decides a row), found "
+            f"{describe(seq.confidence)}. Set it, e.g. {key}.confidence=0.9.")

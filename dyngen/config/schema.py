@@ -89,6 +89,7 @@ class NearDuplicateConfig:
     bands: int = 16  # LSH bands (num_perm / bands values each)
     ngram: int = 5  # words per shingle
     min_words: int = 10  # shorter prompts are left to the exact-duplicate filter
+    answer_gate: bool = True  # different reference answers: different tasks, kept
 
 
 @dataclass
@@ -103,6 +104,8 @@ class SemanticDuplicateConfig:
     endpoint: str | None = None  # an OpenAI-compatible /v1/embeddings server (vLLM, ...)
     threshold: float = 0.95  # cosine at which a row goes
     numbers_must_match: bool = True  # other numbers (or order): another task, kept
+    answer_gate: bool = True  # different reference answers: different tasks, kept
+    same_answer_threshold: float = 0.6  # cosine at which a row of the same answer goes
 
 
 @dataclass
@@ -115,9 +118,25 @@ class RewardFunctionConfig:
 
 
 @dataclass
+class SequentialSamplingConfig:
+    """Sample the band sequentially (dyngen.filters.solve_rate.sequential): `first`
+    completions per row, then `step` more for each row whose verdict is still uncertain,
+    up to `cap`. A row is decided once the posterior of its solve rate (Beta, uniform
+    prior) puts at least `confidence` on the side of the band its measured rate is on; at
+    the cap its measured rate decides. Off: every row gets `samples` at once."""
+
+    enabled: bool = False
+    first: int = 4  # completions every row gets
+    step: int = 8  # more for each row still undecided
+    cap: int = 32  # the most a row gets (replaces `samples`)
+    confidence: float = 0.9  # posterior mass on the verdict's side that decides a row
+
+
+@dataclass
 class SolveRateConfig:
     """Keep a new row only if the live policy solves it sometimes: `samples` completions
-    graded by a verl-form reward, pass rate inside `keep` (see dyngen.filters.solve_rate)."""
+    graded by a verl-form reward, pass rate inside `keep` (see dyngen.filters.solve_rate);
+    or, with `sequential` on, a few first and more only where the verdict is uncertain."""
 
     enabled: bool = False
     # The policy: a served OpenAI-compatible endpoint, or an in-process model (dyngen.llm).
@@ -132,11 +151,26 @@ class SolveRateConfig:
     temperature: float = 1.0
     max_tokens: int = 512
     pass_threshold: float = 1.0  # a completion passes when its score is at least this
+    sequential: SequentialSamplingConfig = field(default_factory=SequentialSamplingConfig)
     reward: RewardFunctionConfig = field(default_factory=RewardFunctionConfig)
     max_concurrency: int = 16
     max_retries: int = 3
     request_timeout_seconds: float | None = None
     seed: int = 0
+
+
+@dataclass
+class DifficultyConfig:
+    """Each row's difficulty record (dyngen.difficulty): what a round observes of its rows,
+    and when it retires or revives one."""
+
+    enabled: bool = True
+    half_life_steps: float = 4.0  # evidence this many steps old counts half
+    retire_min_samples: int = 16  # completions in the window before a row can be retired
+    retire_window_steps: int = 8
+    revive_rise: float = 0.25  # a source's pass rate rise that brings too-hard rows back
+    broken_reward_min_groups: int = 8
+    broken_reward_share: float = 0.95  # all-wrong share of a source's groups: a warning
 
 
 @dataclass
@@ -165,6 +199,7 @@ class RoundConfig:
         default_factory=lambda: ["${local_folder:${store.root}}/rollouts"])
     max_rollouts_bytes: int = 64 * 1024 * 1024
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dyngen.store import Store, VersionRecord
 from dyngen.text import clip, parse_json, prompt_text
 
 SAMPLE_ROWS = 20
+HALF_LIFE = 4.0  # steps: round.difficulty's default, how the report weighs old evidence
 
 CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2rem auto;
@@ -80,6 +81,7 @@ def render_page(store: Store, history: History, records: Sequence[VersionRecord]
             parts.append(f'<figure class="chart" data-chart="{key}">{svg}'
                          f"<figcaption>{_e(caption)}</figcaption></figure>")
         parts.append("</section>")
+    parts.append(_difficulty_section(store, head))
     parts.append(_rejected_section(store, records))
     parts.append("<footer>Written by <code>dyngen report</code>. Self-contained: no scripts, "
                  "no network; charts drawn with matplotlib.</footer>")
@@ -106,6 +108,34 @@ def _summary(history: History, head: VersionRecord) -> str:
             ("generators", ", ".join(generators) or "-")]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<table class="summary">{cells}</table>'
+
+
+def _difficulty_section(store: Store, head: VersionRecord) -> str:
+    """The head's difficulty record: rows observed by estimated pass rate, retired, warned."""
+    from dyngen.difficulty.record import DifficultyBook
+
+    book = DifficultyBook.at(store, head.dataset, head.version)
+    out = ['<section id="difficulty"><h2>Difficulty record</h2>']
+    if not book.evidence:
+        out.append('<p class="none">No round recorded an observation of a row yet (the band\'s '
+                   "measurement, or a trainer's groups in its batch ends' rollouts).</p>")
+        return "\n".join([*out, "</section>"])
+    bins = [0] * 5
+    for key in book.evidence:
+        if key not in book.retired:
+            bins[min(4, int(book.estimate(key, HALF_LIFE).mean * 5))] += 1
+    why = [str(r.get("why")) for r in book.retired.values()]
+    out.append(f"<p>As of v{head.version} (newest step observed: {book.now}): "
+               f"{len(book.evidence):,} row(s) observed; {why.count('all_right'):,} retired "
+               f"as always right, {why.count('all_wrong'):,} as never right. Rows in "
+               "play by their estimated pass rate (what the frontier sampler weighs):</p>")
+    cells = "".join(f"<th>{i / 5:.1f}–{(i + 1) / 5:.1f}</th>" for i in range(5))
+    counts = "".join(f'<td class="num">{n:,}</td>' for n in bins)
+    out.append(f'<table class="difficulty"><tr>{cells}</tr><tr>{counts}</tr></table>')
+    for source in sorted(book.warned):
+        out.append(f"<p>Warned: data source {_e(source or '(none)')} came back nearly all "
+                   "wrong (a broken reward?); its rows are not retired as too hard.</p>")
+    return "\n".join([*out, "</section>"])
 
 
 def _rejected_section(store: Store, records: Sequence[VersionRecord]) -> str:

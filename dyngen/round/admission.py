@@ -23,6 +23,8 @@ from prefect.runtime import flow_run
 from dyngen.config.generator_choice import require_generator
 from dyngen.config.preflight import check_before_start
 from dyngen.config.secrets import refuse_secrets
+from dyngen.difficulty.observe import DifficultySettings, round_difficulty
+from dyngen.difficulty.record import LINEAGE_KEY
 from dyngen.filters.base import FilterOutcome
 from dyngen.round import committed_for, round_inputs
 from dyngen.round.context import RoundBatchEnd, RoundContext, Trigger
@@ -32,6 +34,7 @@ from dyngen.round.redaction import deployment_run
 from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.round.run_names import name_run, tag_run
 from dyngen.round.stages import stage
+from dyngen.rows import RowBatch
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import StoreSpec, store_settings
 
@@ -106,10 +109,21 @@ class Admitted:
 
     def lineage(self, context: RoundContext, generator: dict[str, Any], generated: int,
                 outcome: FilterOutcome, partitions: dict[str, Any] | None) -> dict[str, Any]:
-        """What the version record keeps of this round (its filters' records included)."""
-        return round_lineage(context, generator, generated, outcome, self.timings,
-                             run_id=flow_run.id, run_name=flow_run.name,
-                             partitions=partitions).to_dict()
+        """What the version record keeps of this round (its filters' records included), and
+        what it observed of its rows' difficulty (written into the store now, before the
+        commit names it: dyngen.difficulty)."""
+        out = round_lineage(context, generator, generated, outcome, self.timings,
+                            run_id=flow_run.id, run_name=flow_run.name,
+                            partitions=partitions).to_dict()
+        kept = outcome.kept
+        difficulty = round_difficulty(
+            self.store, DifficultySettings.from_config(self.cfg), context,
+            self.store.record(self.dataset, context.parent),
+            kept.to_list() if isinstance(kept, RowBatch) else list(kept),
+            (outcome.records.get("solve_rate") or {}).get("policy_step"))
+        if difficulty is not None:
+            out[LINEAGE_KEY] = difficulty
+        return out
 
 
 @contextmanager

@@ -1,8 +1,10 @@
 """The newest committed version's rows as an endless, seeded stream that follows new versions.
 
 `RowStream` is what TRL's `FollowingDataset` and the verifiers taskset
-(`dyngen.trainers.verifiers`) iterate: rows of versions committed meanwhile first, then a
-seeded pass over all rows, pass after pass. It looks at the head once per block of
+(`dyngen.trainers.verifiers`) iterate. Its sampler chooses the rows: `fresh_first` (the
+default, the baseline) serves rows of versions committed meanwhile first, then a seeded
+pass over all rows, pass after pass; `frontier` (dyngen.difficulty.frontier) draws by each
+row's difficulty record. It looks at the head once per block of
 `block_rows` rows, so a version committed while training runs is reached within one
 block. Rows are read one at a time from the memory-mapped version: nothing is copied.
 Several ranks reading one stream agree on each block's version (see `_Agreement`).
@@ -17,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from dyngen.difficulty.frontier import FrontierPlan, FrontierSampler
+from dyngen.difficulty.record import DIFFICULTY_COLUMN
 from dyngen.errors import ConfigError
 from dyngen.store import Store
 from dyngen.trainers.rollouts import rollouts_dir
@@ -26,9 +30,11 @@ class RowStream:
     """Yields (key, row): fresh rows of newer versions first, then a seeded pass over all."""
 
     def __init__(self, store_root: Path, dataset: str, seed: int, block_rows: int,
-                 run_id: str | None, one_reader: bool = False) -> None:
+                 run_id: str | None, one_reader: bool = False,
+                 sampler: FrontierSampler | None = None) -> None:
         self.store_root, self.dataset, self.seed = store_root, dataset, seed
         self.block_rows, self.run_id, self.one_reader = block_rows, run_id, one_reader
+        self.sampler = sampler  # None: fresh_first
 
     def __call__(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """The stream; every rank computes the same one from the same agreed versions."""
@@ -44,7 +50,8 @@ class RowStream:
         store = Store(self.store_root)
         agree = (_Agreement(None) if self.one_reader
                  else _Agreement.for_ranks(store.root, self.dataset, self.run_id))
-        plan = _Plan(self.seed)
+        plan: _Plan | FrontierPlan = (_Plan(self.seed) if self.sampler is None else
+                                      FrontierPlan(self.seed, self.sampler, store, self.dataset))
         data, record = None, None
         block = 0
         while True:
@@ -53,7 +60,7 @@ class RowStream:
                 new_record = store.record(self.dataset, version)
                 data = store.load(self.dataset, version)
                 plan.update(record, new_record, record is not None and store.extends(
-                    self.dataset, record.version, new_record.version))
+                    self.dataset, record.version, new_record.version), data)
                 record = new_record
             assert data is not None
             prompt_key = record.prompt_key
@@ -61,6 +68,8 @@ class RowStream:
                 row = data[int(index)]
                 if prompt_key != "prompt" and prompt_key in row:
                     row["prompt"] = row[prompt_key]
+                if isinstance(plan, FrontierPlan):
+                    row[DIFFICULTY_COLUMN] = plan.shown(int(index))
                 yield block, j, record.version, int(index), row
             block += 1
 
@@ -75,7 +84,7 @@ class _Plan:
         self.cursor = 0
         self.epoch = 0
 
-    def update(self, old: Any, new: Any, extends: bool) -> None:
+    def update(self, old: Any, new: Any, extends: bool, data: Any = None) -> None:
         """Serve the rows `new` adds to `old` first; a version that does not extend `old`
         (see Store.extends: a compaction does, a restore does not) restarts."""
         if old is not None and extends:

@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ import datasets
 from datasets.iterable_dataset import ExamplesIterable
 from transformers import TrainerCallback
 
+from dyngen.difficulty.frontier import FrontierSampler, sampler_of
 from dyngen.errors import ConfigError
 from dyngen.locations import store_root as store_root_of
 from dyngen.store import Store
@@ -56,11 +58,21 @@ RUN_FILE = "dyngen-run.json"  # in the trainer's output_dir: the run id a resume
 
 
 class DyngenCallback(TrainerCallback):
-    """Asks for a generation round after each logged training step of a Trainer."""
+    """Asks for a generation round after each logged training step of a Trainer.
 
-    def __init__(self, dataset: str, store_root: str | os.PathLike[str] | None = None, *,
-                 trainer: Any = None, every_n_steps: int = 1, run_id: str | None = None,
-                 mode: Mode = "emit", config: Mapping[str, Any] | None = None) -> None:
+    `DyngenCallback(store_root, dataset)`, as `DyngenDataset` and `FollowingDataset`
+    (`store_root` None: $DYNGEN_STORE_ROOT, else `dyngen_store`). The old order,
+    `DyngenCallback(dataset[, store_root])`, still works with a FutureWarning; see
+    `_store_and_dataset` for how it is told apart."""
+
+    def __init__(self, store_root: str | os.PathLike[str] | None = None,
+                 dataset: str | None = None, *, trainer: Any = None, every_n_steps: int = 1,
+                 run_id: str | None = None, mode: Mode = "emit",
+                 config: Mapping[str, Any] | None = None) -> None:
+        store_root, dataset = _store_and_dataset(store_root, dataset)
+        if not isinstance(dataset, str):
+            raise ConfigError(f"DyngenCallback: expected a dataset name, found {dataset!r}. "
+                              "Write DyngenCallback(store_root, dataset).")
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) \
                 or every_n_steps < 1:
             raise ConfigError(f"every_n_steps: expected an integer >= 1, found "
@@ -118,6 +130,47 @@ class DyngenCallback(TrainerCallback):
         return str(write_rollouts(path, records))
 
 
+def _store_and_dataset(first: Any, second: Any) -> tuple[Any, str]:
+    """(store root, dataset) from `DyngenCallback`'s two leading arguments, in the new order
+    (store_root, dataset) unless they are the old one (dataset, store_root), which warns.
+
+    The old order is taken when: only one is given (`DyngenCallback("my-data")`: the
+    dataset, in the default store); or the second is a location and the first is not (a
+    `Path`, a URL, a path with a separator, `.` or `~`: never a dataset name); or, both
+    being plain names, the second is an existing local store holding a dataset named by the
+    first while the first holds none named by the second. Any other pair is the new order
+    (a wrong guess then fails as a missing dataset, naming the store it looked in)."""
+    if second is None and first is not None:  # one argument: the dataset, as it always was
+        return _old_order(None, first)
+    if _is_location(second) and not _is_location(first):
+        return _old_order(second, first)
+    if isinstance(first, str) and isinstance(second, str) and not _is_location(first) \
+            and _holds(second, first) and not _holds(first, second):
+        return _old_order(second, first)
+    return first, second
+
+
+def _is_location(value: Any) -> bool:
+    """A store root for sure: a PathLike, or text a dataset name can never be."""
+    if isinstance(value, os.PathLike):
+        return True
+    return isinstance(value, str) and (
+        "://" in value or "/" in value or os.sep in value or value.startswith((".", "~")))
+
+
+def _holds(root: str, dataset: str) -> bool:
+    """Whether the local folder `root` is a store with a dataset `dataset`."""
+    return os.path.isdir(os.path.join(root, dataset, "_versions"))
+
+
+def _old_order(store_root: Any, dataset: Any) -> tuple[Any, str]:
+    shown = None if store_root is None else os.fspath(store_root)
+    warnings.warn(f"DyngenCallback: dataset {dataset!r} given before the store "
+                  f"({shown!r}), the old order; write DyngenCallback(store_root, dataset) "
+                  "as FollowingDataset takes them", FutureWarning, stacklevel=4)
+    return store_root, dataset
+
+
 def _scored_completions(trainer: Any) -> list[tuple[Any, float | None]]:
     """(prompt, weighted reward or None) of each of the trainer's latest completions."""
     logged = getattr(trainer, "_logs", None)
@@ -173,16 +226,22 @@ class FollowingDataset(datasets.IterableDataset):
     (verl's schema plus `_dyngen_*` provenance); the prompt column the dataset was
     imported with is also served as `prompt`, the column TRL reads. `shuffle` (which TRL
     calls) reseeds the stream instead of adding a buffer that would hold new rows back.
+    `sampler`: "fresh_first" (new rows first, then seeded passes over every row) or
+    "frontier" / a FrontierSampler (draws by each row's difficulty record; set its `group`
+    to the trainer's num_generations): see dyngen.difficulty.frontier.
     """
 
     def __init__(self, store_root: str | os.PathLike[str] | None, dataset: str, *,
-                 seed: int = 0, block_rows: int = 16, run_id: str | None = None) -> None:
+                 seed: int = 0, block_rows: int = 16, run_id: str | None = None,
+                 sampler: str | FrontierSampler | None = "fresh_first") -> None:
         if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
             raise ConfigError(f"block_rows: expected an integer >= 1, found {block_rows!r}.")
         self.store_root, self.dataset_name = store_root_of(store_root), dataset
         self.seed, self.block_rows, self.run_id = seed, block_rows, run_id
+        self.sampler = sampler
         Store(self.store_root).head(dataset)  # fails now, naming the store, if missing
-        stream = RowStream(self.store_root, dataset, seed, block_rows, run_id)
+        stream = RowStream(self.store_root, dataset, seed, block_rows, run_id,
+                           sampler=sampler_of(sampler))
         super().__init__(ExamplesIterable(stream, {}))
 
     def shuffle(self, seed: int | None = None, generator: Any = None,
@@ -190,4 +249,5 @@ class FollowingDataset(datasets.IterableDataset):
         """The same stream with another seed: it is shuffled already, pass by pass."""
         return FollowingDataset(self.store_root, self.dataset_name,
                                 seed=self.seed if seed is None else seed,
-                                block_rows=self.block_rows, run_id=self.run_id)
+                                block_rows=self.block_rows, run_id=self.run_id,
+                                sampler=self.sampler)

@@ -30,6 +30,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
@@ -38,6 +39,8 @@ import verifiers.v1 as vf
 from pydantic import BaseModel
 from verifiers.v1.harnesses.null import NullHarness
 
+from dyngen.difficulty.frontier import sampler_of
+from dyngen.difficulty.record import DIFFICULTY_COLUMN
 from dyngen.errors import ConfigError
 from dyngen.filters.solve_rate.rewards import RewardChooser, score_of
 from dyngen.locations import store_root as store_root_of
@@ -50,7 +53,8 @@ logger = logging.getLogger(__name__)
 TASKSET_ID = "dyngen_verifiers"
 REWARD_KEY = "env.taskset.task.reward"
 TRUTH_KEY = "reward_model.ground_truth"
-TASKSET_KEYS = ("block_rows", "seed", "system_prompt")  # load_environment passes them on
+# load_environment passes them on
+TASKSET_KEYS = ("block_rows", "seed", "system_prompt", "sampler", "sampler_group")
 
 
 class RewardFunctionConfig(BaseModel):
@@ -129,6 +133,11 @@ class DyngenTasksetConfig(vf.TasksetConfig):
     """With `follow`, tasks drawn between two looks at the head."""
     seed: int = 0
     """Seeds the order of each pass over the rows."""
+    sampler: str = "fresh_first"
+    """With `follow`: fresh_first (new rows first, then seeded passes) or frontier (drawn by
+    each row's difficulty record, dyngen.difficulty.frontier)."""
+    sampler_group: int = 8
+    """The frontier sampler's group: completions per task the trainer samples."""
     task: DyngenTaskConfig = DyngenTaskConfig()
 
 
@@ -181,8 +190,11 @@ class DyngenTaskset(vf.Taskset[DyngenTask, DyngenTasksetConfig]):
     def load(self) -> Iterator[DyngenTask]:
         """The followed stream: fresh rows first, then seeded passes, forever."""
         self.check()
+        sampler = sampler_of(self.config.sampler)
+        if sampler is not None:
+            sampler = replace(sampler, group=self.config.sampler_group)
         stream = RowStream(self.store.root, self.config.dataset, self.config.seed,
-                           self.config.block_rows, None, one_reader=True)
+                           self.config.block_rows, None, one_reader=True, sampler=sampler)
         for _, _, version, index, row in stream.positioned():
             task = self._task(row, version, index)
             if task is not None:
@@ -222,9 +234,10 @@ def task_data(row: Mapping[str, Any], version: int, index: int) -> DyngenTaskDat
     if truth is None:
         return None
     prompt = [{"role": str(m["role"]), "content": str(m["content"])} for m in row["prompt"]]
-    info = row.get("extra_info")
-    return DyngenTaskData(prompt=prompt, answer=truth,
-                          info=dict(info) if isinstance(info, Mapping) else {},
+    info = dict(row["extra_info"]) if isinstance(row.get("extra_info"), Mapping) else {}
+    if isinstance(row.get(DIFFICULTY_COLUMN), Mapping):  # drawn by the frontier sampler
+        info["dyngen_difficulty"] = dict(row[DIFFICULTY_COLUMN])
+    return DyngenTaskData(prompt=prompt, answer=truth, info=info,
                           data_source=str(row.get("data_source") or ""),
                           id=f"{version}:{index}", dyngen_version=version, dyngen_row=index)
 

@@ -80,3 +80,35 @@ def test_both_arms_record_every_step_and_the_dyngen_versions_carry_it(
     page = report_html(store, "closed-loop")
     assert re.search(r'<figure class="chart" data-chart="effective"><svg', page)
     assert Path(dyngen.report).read_text(encoding="utf-8").count('data-chart="effective"') == 1
+
+
+def test_the_dynamic_sampling_and_frontier_arms_count_what_they_spend(
+        tmp_path: Path, prefect_server: None) -> None:
+    """The two arms issue 51 adds, at their smallest: the dynamic-sampling arm screens each
+    prompt with the live policy and counts every screening completion; the frontier arm
+    records every step's batch end (a round every second step covers both), so each
+    trained group becomes an observation, and the summary table has a row per arm."""
+    import torch
+
+    from dyngen.difficulty.record import DifficultyBook
+
+    closed_loop = bench()
+    torch.set_num_threads(1)
+    sizes = closed_loop.Sizes(steps=2, prompts=1, generations=2, max_tokens=4, save_every=2,
+                              round_every=2, candidates=2, pool=4, eval_size=0,
+                              band=(0.0, 1.0), trainable_layers=1, screen_cap=2)
+    dynamic = closed_loop.run_static(tmp_path, sizes, dynamic=True)
+    # Each slot screened 1 or 2 candidates (the cap) of 2 completions each.
+    assert all(s["extra_rollouts"] == 2 * s["screened"] and 1 <= s["screened"] <= 2
+               for s in dynamic.steps)
+    frontier = closed_loop.run_dyngen(tmp_path, sizes, mode="inline", frontier=True)
+    store = Store(tmp_path / "store")
+    name = closed_loop.DATASETS["frontier"]
+    trained = {e.step for e in store.batch_ends(name) if e.run != "default"}
+    assert trained == {1, 2}  # step 1 recorded too ("default": the round before step 1)
+    head = store.head(name)
+    book = DifficultyBook.at(store, name, head.version)
+    assert book.now == 2 and sum(len(v) for v in book.evidence.values()) >= 2
+    assert all(s["last_measured"] is not None for s in frontier.steps)
+    table = closed_loop.summary([dynamic, frontier], sizes)
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| dynamic", "| frontier"]

@@ -1,11 +1,12 @@
 """The solve-rate stage (`round.solve_rate`): keep what the live policy can learn from.
 
 The policy (a served endpoint, or an in-process model) completes each new row's prompt
-`samples` times; a verl-form reward function grades each completion (rewards.py); rows
-whose pass rate falls outside the inclusive band `keep` are quarantined as `too_easy` or
-`too_hard` with the measured rate, and kept rows carry `extra_info.solve_rate`. It runs
-last in the round's filter chain (it is the expensive one), each partition grading its own
-share (dyngen.tasks.solve_rate).
+`samples` times (or, with `sequential` on, a few times first and more only while the
+verdict is uncertain: sequential.py); a verl-form reward function grades each completion
+(rewards.py); rows whose pass rate falls outside the inclusive band `keep` are quarantined
+as `too_easy` or `too_hard` with the measured rate, and kept rows carry
+`extra_info.solve_rate`. It runs last in the round's filter chain (it is the expensive
+one), each partition grading its own share (dyngen.tasks.solve_rate).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from dyngen.filters.solve_rate.grading import Grade, band_verdict, grade_rows, requests_for
 from dyngen.filters.solve_rate.lineage import histogram, host_port, stage_lineage
 from dyngen.filters.solve_rate.rewards import DEFAULT_REWARDS, RewardChooser, score_of
+from dyngen.filters.solve_rate.sequential import SamplingPlan
 from dyngen.filters.solve_rate.shares import grade_share, split
 from dyngen.filters.solve_rate.stage import SECTION, SolveRateFilter, policy_model, with_records
 
@@ -46,6 +48,7 @@ __all__ = [
     "DEFAULT_REWARDS",
     "Grade",
     "RewardChooser",
+    "SamplingPlan",
     "SolveRateFilter",
     "band_verdict",
     "check_before_round",

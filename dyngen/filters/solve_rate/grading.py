@@ -1,10 +1,12 @@
-"""Asking the policy for `samples` completions of each row's prompt, and grading each one.
+"""Asking the policy for completions of each row's prompt, and grading each one.
 
-All rows go to the model in one `complete` call (dyngen.llm: its concurrency, retries and
-key handling); each request asks for n = samples completions, which a server that honours n
-answers in one HTTP request, sharing the prompt's prefix (dyngen.llm.served probes it once
-per endpoint). Each completion is scored by the row's reward function in verl's signature;
-a score at or above `pass_threshold` is a pass.
+Each stage of the sampling plan (sequential.py: all `samples` at once, or `first`, then
+`step` more for the rows still undecided) sends its rows to the model in one `complete`
+call (dyngen.llm: its concurrency, retries and key handling); each request asks for the
+stage's n completions, which a server that honours n answers in one HTTP request, sharing
+the prompt's prefix (dyngen.llm.served probes it once per endpoint). Each completion is
+scored by the row's reward function in verl's signature; a score at or above
+`pass_threshold` is a pass. A row's grade sums its stages.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from dyngen.errors import FilterError
 from dyngen.filters.solve_rate.rewards import RewardChooser, score_of
+from dyngen.filters.solve_rate.sequential import SamplingPlan
 from dyngen.llm import ChatModel, ChatRequest, ChatResult, seed_int
 
 
@@ -49,29 +52,53 @@ def band_verdict(grade: Grade, keep: Sequence[float]) -> tuple[str, str] | None:
 
 
 def requests_for(rows: Sequence[Mapping[str, Any]], prompt_key: str, settings: Mapping[str, Any],
-                 salt: Any = ()) -> list[ChatRequest]:
-    """One request of `samples` completions per row, seeded by its prompt (reproducible)."""
+                 salt: Any = (), n: int | None = None, stage: int = 0) -> list[ChatRequest]:
+    """One request of n (default `samples`) completions per row, seeded by its prompt and
+    the stage (reproducible; a later stage's samples are new ones)."""
     out = []
     for row in rows:
         messages = [{"role": str(m["role"]), "content": str(m["content"])}
                     for m in row[prompt_key]]
-        out.append(ChatRequest(messages, n=int(settings["samples"]),
+        seed_parts = (settings.get("seed", 0), salt, json.dumps(messages, sort_keys=True))
+        out.append(ChatRequest(messages, n=int(settings["samples"] if n is None else n),
                                max_tokens=int(settings["max_tokens"]),
                                temperature=float(settings["temperature"]),
-                               seed=seed_int(settings.get("seed", 0), salt,
-                                             json.dumps(messages, sort_keys=True))))
+                               seed=seed_int(*seed_parts, *((stage,) if stage else ()))))
     return out
 
 
 def grade_rows(model: ChatModel, rows: Sequence[Mapping[str, Any]], prompt_key: str,
                settings: Mapping[str, Any], rewards: RewardChooser, salt: Any = ()
                ) -> list[Grade]:
-    """Each row's grade; raises (ModelError) when more than half of the requests failed."""
+    """Each row's grade, summed over the stages it was asked in; raises (ModelError) when
+    more than half of a stage's requests failed. A failed request ends its row's asking."""
     rewards.check(rows)  # a data source nothing grades is refused before any request
-    results = model.complete(requests_for(rows, prompt_key, settings, salt))
+    plan = SamplingPlan.of(settings)
     threshold = float(settings["pass_threshold"])
-    return [_grade(row, result, rewards, threshold, int(settings["samples"]))
-            for row, result in zip(rows, results, strict=True)]
+    grades: list[Grade | None] = [None] * len(rows)
+    asking = list(range(len(rows)))
+    for stage, n in enumerate(plan.sizes):
+        if not asking:
+            break
+        results = model.complete(requests_for([rows[i] for i in asking], prompt_key,
+                                              settings, salt, n, stage))
+        undecided = []
+        for i, result in zip(asking, results, strict=True):
+            grade = _grade(rows[i], result, rewards, threshold, n)
+            before = grades[i]
+            grades[i] = total = grade if before is None else _sum(before, grade)
+            if total.error is None and not plan.decided(total.passed, total.samples):
+                undecided.append(i)
+        asking = undecided
+    return [g for g in grades if g is not None]
+
+
+def _sum(before: Grade, after: Grade) -> Grade:
+    """One row's grade over two stages (the later one's error and answering model win)."""
+    return Grade(before.passed + after.passed, before.samples + after.samples, after.error,
+                 before.prompt_tokens + after.prompt_tokens,
+                 before.completion_tokens + after.completion_tokens,
+                 after.answered_by or before.answered_by)
 
 
 def _grade(row: Mapping[str, Any], result: ChatResult, rewards: RewardChooser,

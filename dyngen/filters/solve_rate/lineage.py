@@ -1,14 +1,16 @@
 """What a round records of its solve-rate stage: the policy (host:port, never a key) and
-the training step of its weights, the samples, the band, tokens, seconds and the histogram
-of pass counts."""
+the training step of its weights, the samples (and, sampled sequentially, the samples each
+stage spent), the band, tokens, seconds and the histogram of pass rates."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from dyngen.filters.solve_rate.grading import Grade, band_verdict
+from dyngen.filters.solve_rate.sequential import SamplingPlan
 
 USAGE_SUMS = ("requests", "http_requests", "retries", "failures", "prompt_tokens",
               "completion_tokens")
@@ -25,11 +27,13 @@ def host_port(endpoint: Any) -> str | None:
 
 
 def histogram(grades: Sequence[Grade], samples: int) -> list[int]:
-    """Rows by pass count: entry k counts the rows that passed k of `samples` (errors left out)."""
+    """Rows by pass rate: entry k counts the rows whose rate is nearest k / `samples` (errors
+    left out). A row graded on `samples` completions is counted at its pass count; one
+    graded on fewer (sampled sequentially, it stopped early) at its rate's nearest k."""
     out = [0] * (samples + 1)
     for g in grades:
-        if g.error is None and 0 <= g.passed <= samples:
-            out[g.passed] += 1
+        if g.error is None and g.samples > 0 and 0 <= g.passed <= g.samples:
+            out[math.floor(g.passed * samples / g.samples + 0.5)] += 1
     return out
 
 
@@ -37,7 +41,8 @@ def stage_lineage(settings: Mapping[str, Any], grades: Sequence[Grade],
                   shares: Sequence[Mapping[str, Any]], seconds: float,
                   rewards: Mapping[str, str]) -> dict[str, Any]:
     """The `solve_rate` entry of a round's lineage, from every share's grades and usage."""
-    samples, keep = int(settings["samples"]), [float(x) for x in settings["keep"]]
+    plan, keep = SamplingPlan.of(settings), [float(x) for x in settings["keep"]]
+    samples = plan.cap  # `samples`, or sampled sequentially the cap
     verdicts = [band_verdict(g, keep) for g in grades]
     reasons = [v[0] if v else "kept" for v in verdicts]
     usage = {k: sum(int((s.get("usage") or {}).get(k, 0)) for s in shares) for k in USAGE_SUMS}
@@ -54,6 +59,11 @@ def stage_lineage(settings: Mapping[str, Any], grades: Sequence[Grade],
         # newer checkpoint landed between the round's shares); None where none is known.
         "policy_step": min(steps) if steps else None,
         "samples": samples, "keep": keep, "band": keep,  # band: the same [low, high]
+        # The completions asked (every row's, failed requests' included) and, per stage, the
+        # rows asked and the samples each got; `sequential`: the plan, or None (all at once).
+        "samples_spent": sum(g.samples for g in grades),
+        "stages": plan.stage_counts([g.samples for g in grades]),
+        "sequential": _sequential(settings) if plan.confidence is not None else None,
         "pass_threshold": float(settings["pass_threshold"]),
         "temperature": float(settings["temperature"]), "max_tokens": int(settings["max_tokens"]),
         "rewards": dict(rewards),
@@ -64,3 +74,9 @@ def stage_lineage(settings: Mapping[str, Any], grades: Sequence[Grade],
         "seconds": round(seconds, 3),
         "partitions": len(shares),
     }
+
+
+def _sequential(settings: Mapping[str, Any]) -> dict[str, Any]:
+    seq = settings["sequential"]
+    return {"first": int(seq["first"]), "step": int(seq["step"]), "cap": int(seq["cap"]),
+            "confidence": float(seq["confidence"])}

@@ -1,0 +1,157 @@
+"""The frontier sampler: draw the rows a trainer's group can learn from, measured recently.
+
+Each row of the version the trainer reads is weighted by
+
+    P(a group of `group` completions has mixed rewards)  (from the row's posterior)
+  × 0.5 ** (age / recency_half_life)                      (age: steps since it was observed)
+
+and weighs nothing when it is retired, when its newest observation is more than
+`max_age_steps` older than the newest step observed, or when it was never observed (unless
+`unmeasured`). A block of rows is drawn without replacement by weight, with a generator
+seeded by (seed, block), skipping rows already drawn since the record last changed (a
+round's new observations) while others are left: so the draw is deterministic from the
+seed and the versions read, and `state_dict` / `load_state_dict` resume it exactly. With
+no row to draw (no round has measured anything yet), it draws every row not retired
+uniformly and says so once.
+
+`fresh_first` is the sampler dyngen had before, kept by name as the baseline: rows new since
+the last version first, then seeded passes over every row (dyngen.trainers.row_stream).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dyngen.difficulty.record import DifficultyBook
+from dyngen.errors import ConfigError
+from dyngen.store.keys import prompt_keys
+
+logger = logging.getLogger(__name__)
+SAMPLERS = ("fresh_first", "frontier")
+
+
+@dataclass(frozen=True)
+class FrontierSampler:
+    """How the frontier sampler weighs rows; `group`: completions per prompt the trainer
+    samples (TRL's num_generations, verl's rollout.n)."""
+
+    group: int = 8
+    max_age_steps: int = 8
+    recency_half_life: float = 2.0
+    half_life_steps: float = 4.0  # of the posterior's evidence (round.difficulty's)
+    unmeasured: bool = False  # draw rows never observed (at the prior's weight)
+
+    def __post_init__(self) -> None:
+        for name, value, ok in (("group", self.group, self.group >= 2),
+                                ("max_age_steps", self.max_age_steps, self.max_age_steps >= 0),
+                                ("recency_half_life", self.recency_half_life,
+                                 self.recency_half_life > 0),
+                                ("half_life_steps", self.half_life_steps,
+                                 self.half_life_steps > 0)):
+            if isinstance(value, bool) or not ok:
+                raise ConfigError(f"FrontierSampler.{name}: expected a positive number "
+                                  f"({'>= 2' if name == 'group' else '> 0'}), found {value!r}.")
+
+
+def sampler_of(value: Any) -> FrontierSampler | None:
+    """A sampler setting as given to a dataset: None for fresh_first, else the frontier's."""
+    if value is None or value == "fresh_first":
+        return None
+    if value == "frontier":
+        return FrontierSampler()
+    if isinstance(value, FrontierSampler):
+        return value
+    if isinstance(value, dict):
+        return FrontierSampler(**value)
+    raise ConfigError(f"sampler: expected one of {', '.join(SAMPLERS)} or a FrontierSampler, "
+                      f"found {value!r}. fresh_first is today's order (new rows first, then "
+                      "uniform passes); frontier draws by each row's difficulty record.")
+
+
+class FrontierPlan:
+    """Which rows come next, by weight; the same interface as row_stream's fresh-first plan."""
+
+    def __init__(self, seed: int, sampler: FrontierSampler, store: Any, dataset: str) -> None:
+        self.seed, self.sampler, self.store, self.dataset = seed, sampler, store, dataset
+        self.book = DifficultyBook()
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.weights = np.zeros(0)
+        self.drawn: set[int] = set()
+        self.block = 0
+        self._said_uniform = False
+
+    def update(self, old: Any, new: Any, extends: bool, data: Any = None) -> None:
+        """Read version `new` (its rows `data`): new rows' keys, the record up to it."""
+        if old is None or not extends:
+            self.book, self.keys = DifficultyBook(), np.zeros(0, dtype=np.uint64)
+        if data is not None and len(self.keys) < new.rows:
+            column = new.prompt_key if new.prompt_key in data.column_names else "prompt"
+            fresh = data.select(range(len(self.keys), new.rows))[column]
+            self.keys = np.concatenate([self.keys, prompt_keys(list(fresh))])
+        if self.book.advance(self.store, self.dataset, new.version) or old is None:
+            self.drawn = set()
+        self.weights = self.weigh()
+
+    def weigh(self) -> np.ndarray:
+        """Each row's weight under the record as it stands."""
+        s, book = self.sampler, self.book
+        out = np.zeros(len(self.keys))
+        for i, key in enumerate(self.keys.tolist()):
+            if key in book.retired:
+                continue
+            post = book.estimate(key, s.half_life_steps)
+            if post.last_step is None:
+                out[i] = post.mixed_chance(s.group) if s.unmeasured else 0.0
+                continue
+            age = book.now - post.last_step
+            if age <= s.max_age_steps:
+                out[i] = post.mixed_chance(s.group) * 0.5 ** (age / s.recency_half_life)
+        return out
+
+    def take(self, count: int, rows: int) -> list[int]:
+        """The next `count` row indices (of a version with `rows` rows)."""
+        weights = self.weights[:rows].copy()
+        rng = np.random.default_rng([self.seed, self.block])
+        self.block += 1
+        if not (weights > 0).any():
+            if not self._said_uniform:
+                logger.warning("dyngen: frontier sampler of %s: no row has a recent measurement "
+                               "yet; drawing rows uniformly until a round records some",
+                               self.dataset)
+                self._said_uniform = True
+            weights = np.array([0.0 if k in self.book.retired else 1.0
+                                for k in self.keys[:rows].tolist()])
+            if not (weights > 0).any():
+                weights = np.ones(rows)
+        out: list[int] = []
+        while len(out) < count:
+            left = weights.copy()
+            left[[i for i in self.drawn if i < rows]] = 0.0
+            if not (left > 0).any():
+                self.drawn = set()  # every drawable row was drawn: start over
+                continue
+            n = min(count - len(out), int((left > 0).sum()))
+            picked = rng.choice(len(left), size=n, replace=False, p=left / left.sum())
+            out.extend(int(i) for i in picked)
+            self.drawn.update(out)
+        return out
+
+    def shown(self, index: int) -> dict[str, Any]:
+        """What the record says of row `index`: its estimated pass rate, completions
+        observed, newest observation's step and the weight it was drawn by."""
+        post = self.book.estimate(int(self.keys[index]), self.sampler.half_life_steps)
+        return {"pass_rate": round(post.mean, 4), "samples": post.samples,
+                "last_step": post.last_step, "weight": round(float(self.weights[index]), 6)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What resuming needs: the blocks drawn, and which rows since the record changed."""
+        return {"block": self.block, "drawn": sorted(self.drawn), "version": self.book.version}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue as the plan that saved `state` would (after update to its version)."""
+        self.block = int(state["block"])
+        self.drawn = {int(i) for i in state["drawn"]}
