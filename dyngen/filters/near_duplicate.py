@@ -3,8 +3,11 @@
 MinHash LSH (the version's sidecars, dyngen/store/index.py) proposes candidates; a row is
 rejected only when a candidate's exact Jaccard similarity of word shingles reaches the
 threshold AND the two prompts hold the same number literals in the same order: "Tom has
-3 apples" and "Tom has 5 apples" are different tasks, with different answers. Prompts of
-fewer than `min_words` words are left to the exact-duplicate filter.
+3 apples" and "Tom has 5 apples" are different tasks, with different answers. With
+`answer_gate` (on), two rows whose reference answers differ (dyngen.filters.answers) are
+different tasks however alike their words; rows without a comparable answer keep the rule
+above, and the detail says which rule decided. Prompts of fewer than `min_words` words are
+left to the exact-duplicate filter.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
+from dyngen.filters.answers import ANSWER_FIELDS, DIFFERENT, answer_key, answer_keys, compare
 from dyngen.filters.base import RowFilter
 from dyngen.progress import Bar, progress_bar
 from dyngen.rows import Row, column_of
@@ -48,6 +53,16 @@ class Match:
     where: str  # e.g. "row 17 of version 3 (added by version 2)"
     exact: float
     estimate: float
+    answers: str  # how the reference answers compare (dyngen.filters.answers)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored row read back: its prompt's text, where it is, its answer's key."""
+
+    text: str
+    where: str
+    answer: int | None
 
 
 class NearDuplicateFilter(RowFilter):
@@ -58,11 +73,13 @@ class NearDuplicateFilter(RowFilter):
     def __init__(self, store: Store, dataset: str, version: int | None = None,
                  prompt_key: str = "prompt", *, threshold: float = 0.8,
                  params: LshParams | None = None, min_words: int = 10,
-                 progress: Bar | None = None) -> None:
+                 answer_gate: bool = True, progress: Bar | None = None) -> None:
         super().__init__(None)
         self.store, self.dataset, self.version = store, dataset, version
         self.prompt_key = prompt_key
         self.threshold, self.min_words = threshold, min_words
+        self.answer_gate = answer_gate
+        self._answers: list[int | None] = []  # the answer keys of the rows being checked
         self.params = params or LshParams()
         self.progress = progress
 
@@ -71,7 +88,8 @@ class NearDuplicateFilter(RowFilter):
                     version: int | None, prompt_key: str = "prompt") -> NearDuplicateFilter:
         """The filter `round.near_duplicate` describes."""
         return cls(store, dataset, version, prompt_key, threshold=float(settings["threshold"]),
-                   params=params_of(settings), min_words=int(settings["min_words"]))
+                   params=params_of(settings), min_words=int(settings["min_words"]),
+                   answer_gate=bool(settings.get("answer_gate", True)))
 
     def check(self, rows: Sequence[Row]) -> list[str | None]:
         hashed = hash_prompts(column_of(rows, self.prompt_key), self.params, self.min_words)
@@ -79,9 +97,11 @@ class NearDuplicateFilter(RowFilter):
         todo = np.flatnonzero(hashed.eligible)
         if not len(todo):
             return out
+        self._answers = answer_keys(rows, self.prompt_key) if self.answer_gate \
+            else [None] * len(rows)
         sig_of = {int(i): k for k, i in enumerate(todo)}
         for i, match in self._in_store(hashed, todo, sig_of).items():
-            out[i] = _detail(match)
+            out[i] = _detail(match, self.answer_gate)
         self._in_round(hashed, [int(i) for i in todo if out[i] is None], sig_of, out)
         return out
 
@@ -124,23 +144,27 @@ class NearDuplicateFilter(RowFilter):
             return version_index(self.store, self.dataset, version, self.params, bar)
 
     def _best(self, hashed: Hashed, i: int, sig_of: dict[int, int],
-              candidates: list[tuple[str, str]]) -> Match | None:
-        """The most similar candidate at or above the threshold with the same numbers."""
+              candidates: list[Stored]) -> Match | None:
+        """The most similar candidate at or above the threshold with the same numbers and
+        no different answer."""
         mine = hashed.sets[i]
         assert mine is not None
-        best: tuple[float, str, set[str]] | None = None
-        for text, where in candidates:
-            if numbers(text) != hashed.numbers[i]:
+        best: tuple[float, Stored, set[str], str] | None = None
+        for cand in candidates:
+            if numbers(cand.text) != hashed.numbers[i]:
                 continue  # a number hash collision: the numbers differ
-            theirs = shingles_of(words(text), self.params.ngram)
+            answers = compare(self._answers[i], cand.answer)
+            if answers == DIFFERENT:
+                continue  # another answer: another task
+            theirs = shingles_of(words(cand.text), self.params.ngram)
             score = jaccard(mine, theirs)
             if score >= self.threshold and (best is None or score > best[0]):
-                best = (score, where, theirs)
+                best = (score, cand, theirs, answers)
         if best is None:
             return None
         other = signatures([best[2]], self.params)[0]
         estimate = float(np.mean(other == hashed.signatures[sig_of[i]]))
-        return Match(best[1], best[0], estimate)
+        return Match(best[1].where, best[0], estimate, best[3])
 
     # ---- within the round
     def _in_round(self, hashed: Hashed, todo: list[int], sig_of: dict[int, int],
@@ -153,34 +177,66 @@ class NearDuplicateFilter(RowFilter):
             for j, _ in ranked[:MAX_CANDIDATES]:
                 if out[j] is not None or hashed.numbers[j] != hashed.numbers[i]:
                     continue  # rejected rows are not in the dataset; other numbers
+                answers = compare(self._answers[i], self._answers[j])
+                if answers == DIFFERENT:
+                    continue
                 score = jaccard(hashed.sets[i] or set(), hashed.sets[j] or set())
                 if score >= self.threshold and (match is None or score > match.exact):
                     estimate = float(np.mean(hashed.signatures[sig_of[i]]
                                              == hashed.signatures[sig_of[j]]))
-                    match = Match(f"generated row {j} of this round", score, estimate)
+                    match = Match(f"generated row {j} of this round", score, estimate, answers)
             if match is not None:
-                out[i] = _detail(match)
+                out[i] = _detail(match, self.answer_gate)
 
 
 def stored_rows(store: Store, dataset: str, parts: list[ShardIndex],
                 wanted: set[tuple[int, int]], version: int,
-                prompt_key: str) -> dict[tuple[int, int], tuple[str, str]]:
-    """(text, where) of each wanted (shard, row) of a version's index, read from the
-    memory-mapped shards; `where` says the row, the version and the version that added it."""
+                prompt_key: str) -> dict[tuple[int, int], Stored]:
+    """Each wanted (shard, row) of a version's index, read from the memory-mapped shards:
+    its text, where it is (the row, the version and the version that added it) and its
+    reference answer's key (None if it has no comparable one)."""
     out = {}
     for s in sorted({s for s, _ in wanted}):
         part = parts[s]
         rows = sorted(r for t, r in wanted if t == s)
-        table = sh.open_table(store.shard_path(dataset, part.info, version)).table
-        table = table.select([c for c in (prompt_key, sh.VERSION_COLUMN)
-                              if c in table.column_names])
-        # One zero-copy slice per row: `take` on a shard's many record batches would
-        # first copy the whole column into one.
-        picked = [table.slice(r, 1).to_pylist()[0] for r in rows]
-        for r, found in zip(rows, picked, strict=True):
+        table = _answer_view(sh.open_table(store.shard_path(dataset, part.info,
+                                                              version)).table, prompt_key)
+        for r, found in zip(rows, _take(table, rows), strict=True):
             prompt, v = found.get(prompt_key), found.get(sh.VERSION_COLUMN)
             by = "" if v is None else f" (added by version {v})"
-            out[(s, r)] = (prompt_text(prompt), f"row {part.start + r} of version {version}{by}")
+            answer = answer_key({prompt_key: prompt, **{
+                outer: {inner: found.get(f"{outer}.{inner}") for inner in fields}
+                for outer, fields in ANSWER_FIELDS.items()}}, prompt_key)
+            out[(s, r)] = Stored(prompt_text(prompt),
+                                 f"row {part.start + r} of version {version}{by}", answer)
+    return out
+
+
+def _answer_view(table: pa.Table, prompt_key: str) -> pa.Table:
+    """A shard's prompt and version columns with only the fields an answer is read from
+    (its struct columns flattened, zero-copy: a row's whole extra_info is never converted)."""
+    names = [prompt_key, sh.VERSION_COLUMN]
+    names += [f"{o}.{i}" for o, fields in ANSWER_FIELDS.items() for i in fields]
+    keep = [c for c in (prompt_key, sh.VERSION_COLUMN, *ANSWER_FIELDS)
+            if c in table.column_names]
+    flat = table.select(keep).flatten()
+    return flat.select([n for n in names if n in flat.column_names])
+
+
+def _take(table: pa.Table, rows: list[int]) -> list[dict[str, Any]]:
+    """The rows at sorted positions `rows`, each record batch asked only for its own (a
+    table's `take` would first copy each whole column of a shard's many batches into one)."""
+    out: list[dict[str, Any]] = []
+    start, k = 0, 0
+    for batch in table.to_batches():
+        end = start + batch.num_rows
+        mine = []
+        while k < len(rows) and rows[k] < end:
+            mine.append(rows[k] - start)
+            k += 1
+        if mine:
+            out += batch.take(pa.array(mine, pa.int64())).to_pylist()
+        start = end
     return out
 
 
@@ -207,9 +263,10 @@ def _shared_bands(hashed: Hashed, todo: list[int]) -> dict[int, dict[int, int]]:
     return out
 
 
-def _detail(match: Match) -> str:
+def _detail(match: Match, gate: bool) -> str:
+    said = f"; {match.answers}" if gate else ""
     return (f"near-duplicate of {match.where}: Jaccard similarity {match.exact:.2f} "
-            f"(MinHash estimate {match.estimate:.2f}), same numbers")
+            f"(MinHash estimate {match.estimate:.2f}), same numbers{said}")
 
 
 def params_of(settings: Mapping[str, Any]) -> LshParams:

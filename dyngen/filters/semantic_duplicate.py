@@ -3,22 +3,28 @@ words ("Tom had 3 apples and bought 4 more" for "Tom has 3 apples and buys 4 mor
 
 Each prompt's text (its non-system messages) is embedded (dyngen/store/embeddings.py) and
 looked up in the version's semantic sidecars (dyngen/store/vectors.py, one faiss index of
-int8 vectors per shard). A row is rejected only when a stored or earlier row of the round
-reaches the cosine `threshold` AND, with `numbers_must_match`, holds the same number
-literals in the same order, the MinHash filter's rule (dyngen.store.minhash.numbers):
-"What is 12 + 7?" and "What is 13 + 7?" are different tasks with near-identical vectors,
-and so are "What is 12 - 7?" and "What is 7 - 12?" (why not a multiset: on the
-benchmark's pairs it rejected every such swap and caught one paraphrase more in 72).
+int8 vectors per shard). The reference answer decides first (`answer_gate`, on;
+dyngen.filters.answers): two rows whose answers differ are two tasks, however close their
+vectors ("How much does she pay?" / "How much change does she get?" on one set-up).
+Two rows with the same answer are duplicates at a lower cosine, `same_answer_threshold`,
+when one's number literals hold all of the other's (a paraphrase may reorder its numbers
+or spell one out; a number variant changes one). Rows without a comparable answer keep the
+similarity rule: the cosine `threshold` AND, with `numbers_must_match`, the same number
+literals in the same order (dyngen.store.minhash.numbers): "What is 12 + 7?" and "What is
+13 + 7?" are different tasks with near-identical vectors, and so are "What is 12 - 7?" and
+"What is 7 - 12?". The detail says which rule decided.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from dyngen.filters.answers import DIFFERENT, SAME, answer_keys, compare, numbers_within
 from dyngen.filters.base import RowFilter
 from dyngen.filters.near_duplicate import stored_rows
 from dyngen.progress import Bar, progress_bar
@@ -35,6 +41,7 @@ logger = logging.getLogger(__name__)
 # must still leave room for the one with the same numbers.
 NEIGHBOURS = 32
 READ_PER_ROW = 4  # candidates read back per row (their numbers checked as written)
+READ_PER_ROW_GATED = 8  # with answers to compare: candidates of another answer are skipped
 
 
 class SemanticDuplicateFilter(RowFilter):
@@ -46,12 +53,16 @@ class SemanticDuplicateFilter(RowFilter):
     def __init__(self, store: Store, dataset: str, version: int | None = None,
                  prompt_key: str = "prompt", *, settings: VectorSettings | None = None,
                  threshold: float = 0.95, numbers_must_match: bool = True,
+                 answer_gate: bool = True, same_answer_threshold: float = 0.6,
                  progress: Bar | None = None) -> None:
         super().__init__(None)
         self.store, self.dataset, self.version = store, dataset, version
         self.prompt_key = prompt_key
         self.kind = VecKind(settings or VectorSettings())
         self.threshold, self.numbers_must_match = threshold, numbers_must_match
+        self.answer_gate = answer_gate
+        self.same_answer_threshold = min(same_answer_threshold, threshold)
+        self._answers: list[int | None] = []  # the answer keys of the rows being checked
         self.progress = progress
         self._cost = (0, 0.0)
 
@@ -62,7 +73,9 @@ class SemanticDuplicateFilter(RowFilter):
         """The filter `round.semantic_duplicate` describes."""
         return cls(store, dataset, version, prompt_key, settings=settings_of(settings),
                    threshold=float(settings["threshold"]),
-                   numbers_must_match=bool(settings["numbers_must_match"]))
+                   numbers_must_match=bool(settings["numbers_must_match"]),
+                   answer_gate=bool(settings.get("answer_gate", True)),
+                   same_answer_threshold=float(settings.get("same_answer_threshold", 0.6)))
 
     def check(self, rows: Sequence[Row]) -> list[str | None]:
         texts = [prompt_text(p) for p in column_of(rows, self.prompt_key)]
@@ -75,6 +88,8 @@ class SemanticDuplicateFilter(RowFilter):
         self._cost = (self._cost[0] + embedder.rows_embedded - before[0],
                       self._cost[1] + embedder.seconds - before[1])
         keys = np.fromiter((number_key(t) for t in texts), np.uint32, len(texts))
+        self._answers = answer_keys(rows, self.prompt_key) if self.answer_gate \
+            else [None] * len(rows)
         for i, detail in self._in_store(texts, queries, keys).items():
             out[i] = detail
         self._in_round(texts, queries, keys, out)
@@ -83,6 +98,8 @@ class SemanticDuplicateFilter(RowFilter):
     def lineage(self) -> dict[str, Any] | None:
         return {"model": self.kind.settings.model, "endpoint": self.kind.settings.endpoint,
                 "threshold": self.threshold, "numbers_must_match": self.numbers_must_match,
+                "answer_gate": self.answer_gate,
+                "same_answer_threshold": self.same_answer_threshold,
                 "rows_embedded": self._cost[0],
                 "embedding_seconds": round(self._cost[1], 3)}
 
@@ -94,7 +111,10 @@ class SemanticDuplicateFilter(RowFilter):
         if version is None:
             return {}
         parts = self._index(version)
-        # (cosine, shard, row) of each row's candidates at or above the threshold.
+        gated = np.array([a is not None for a in self._answers])
+        # (cosine, shard, row) of each row's candidates: at or above the threshold with the
+        # same number key (the similarity rule), or, for a row with an answer, at or above
+        # the same-answer threshold (its answer and numbers are checked once read).
         found: dict[int, list[tuple[float, int, int]]] = {}
         for s, part in enumerate(parts):
             k = min(NEIGHBOURS, part.sidecar.rows)
@@ -103,22 +123,43 @@ class SemanticDuplicateFilter(RowFilter):
             sims, ids = part.sidecar.search(queries, k)
             ok = (ids >= 0) & (sims >= self.threshold)
             if self.numbers_must_match:
-                same = part.sidecar.number_keys[np.maximum(ids, 0)] == keys[:, None]
-                ok &= same
+                ok &= part.sidecar.number_keys[np.maximum(ids, 0)] == keys[:, None]
+            ok |= (ids >= 0) & (sims >= self.same_answer_threshold) & gated[:, None]
             for q, j in zip(*np.nonzero(ok), strict=True):
                 found.setdefault(int(q), []).append((float(sims[q, j]), s, int(ids[q, j])))
-        chosen = {q: sorted(c, reverse=True)[:READ_PER_ROW] for q, c in found.items()}
+        chosen = {q: sorted(c, reverse=True)[:READ_PER_ROW_GATED if gated[q] else READ_PER_ROW]
+                  for q, c in found.items()}
         stored = stored_rows(self.store, self.dataset, parts,
                              {(s, r) for c in chosen.values() for _, s, r in c}, version,
                              self.prompt_key)
         out = {}
         for q, cands in chosen.items():
             for cosine, s, r in cands:
-                text, where = stored[(s, r)]
-                if not self.numbers_must_match or _same_numbers(text, texts[q]):
-                    out[q] = _detail(where, cosine, self.numbers_must_match)
-                    break  # else a number-hash collision: the numbers differ
+                row = stored[(s, r)]
+                rule = self.rule(texts[q], self._answers[q], row.text, row.answer, cosine)
+                if rule is not None:  # else another answer, or a number-hash collision
+                    out[q] = _detail(row.where, cosine, rule)
+                    break
         return out
+
+    def rule(self, mine: str, my_answer: int | None, theirs: str, their_answer: int | None,
+             cosine: float) -> str | None:
+        """What makes two rows one task (said in the detail), or None if they are two."""
+        answers = compare(my_answer, their_answer) if self.answer_gate else None
+        if answers == DIFFERENT:
+            return None
+        if answers == SAME and cosine >= self.same_answer_threshold and (
+                not self.numbers_must_match
+                or numbers_within(_numbers(mine), _numbers(theirs))):
+            return "same answer" + (", numbers within" if self.numbers_must_match else "")
+        if cosine < self.threshold:
+            return None
+        if self.numbers_must_match and _numbers(mine) != _numbers(theirs):
+            return None  # other numbers, or a number-hash collision
+        said = "same numbers" if self.numbers_must_match else ""
+        if answers is None:
+            return said
+        return f"{said}; {answers}" if said else str(answers)
 
     def _index(self, version: int) -> list[ShardIndex]:
         if self.progress is not None:
@@ -136,29 +177,31 @@ class SemanticDuplicateFilter(RowFilter):
         sims = queries[todo] @ queries[todo].T
         for a in range(1, len(todo)):
             i = todo[a]
-            best = None
+            low = self.threshold if self._answers[i] is None else self.same_answer_threshold
             for b in np.argsort(-sims[a, :a]):
                 j = todo[int(b)]
-                if sims[a, b] < self.threshold:
+                if sims[a, b] < low:
                     break
                 if out[j] is not None:
                     continue  # rejected rows are not in the dataset
-                if self.numbers_must_match and (keys[i] != keys[j]
-                                                or not _same_numbers(texts[i], texts[j])):
+                if self.numbers_must_match and self._answers[i] is None and keys[i] != keys[j]:
                     continue
-                best = (j, float(sims[a, b]))
-                break
-            if best is not None:
-                out[i] = _detail(f"generated row {best[0]} of this round", best[1],
-                                 self.numbers_must_match)
+                rule = self.rule(texts[i], self._answers[i], texts[j], self._answers[j],
+                                 float(sims[a, b]))
+                if rule is not None:
+                    out[i] = _detail(f"generated row {j} of this round", float(sims[a, b]),
+                                     rule)
+                    break
 
 
-def _same_numbers(a: str, b: str) -> bool:
-    return numbers(a) == numbers(b)
+@lru_cache(maxsize=4096)
+def _numbers(text: str) -> tuple[str, ...]:
+    """A text's number literals (a round's rows are compared with many others)."""
+    return numbers(text)
 
 
-def _detail(where: str, cosine: float, numbers_checked: bool) -> str:
-    said = ", same numbers" if numbers_checked else ""
+def _detail(where: str, cosine: float, rule: str) -> str:
+    said = f", {rule}" if rule else ""
     return f"semantic duplicate of {where}: cosine {min(cosine, 1.0):.3f}{said}"
 
 

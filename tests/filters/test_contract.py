@@ -73,20 +73,28 @@ class TestNearDuplicateFilter(FilterContract):
     dropped_reason = "near_duplicate"
     task = ("Write a short essay about {}, explaining its history, its importance today and one "
             "open question that researchers still study.")
+    # An essay's reference is free text: no answer to compare, the similarity rule decides.
+    reference = "A rubric: a clear history, why it matters today, one open question, cited."
+
+    def essay(self, i: int, topic: str) -> dict[str, Any]:
+        row = verl_row(i, content=self.task.format(topic))
+        row["reward_model"] = {**row["reward_model"], "ground_truth": self.reference}
+        return row
 
     def make_filter(self, tmp_path: Path) -> RowFilter:
         store = Store(tmp_path)
-        rec = store.create("ds", [verl_row(i, content=self.task.format(t))
+        rec = store.create("ds", [self.essay(i, t)
                                   for i, t in enumerate(["volcanoes", "tides", "comets"])])
         return NearDuplicateFilter(store, "ds", rec.version)
 
     def rows_to_keep(self) -> list[dict[str, Any]]:
-        return [verl_row(50, content=self.task.format("glaciers")), verl_row(51),
-                verl_row(52, content=self.task.format("the 2 moons of Mars"))]
+        return [self.essay(50, "glaciers"), verl_row(51), self.essay(52, "the 2 moons of Mars")]
 
     def rows_to_drop(self) -> list[dict[str, Any]]:
-        return [verl_row(60, content=self.task.format("tides") + " Be brief."),
-                verl_row(61, content=self.task.format("comets").upper())]
+        tides, comets = self.essay(60, "tides"), self.essay(61, "comets")
+        tides["prompt"][-1]["content"] += " Be brief."
+        comets["prompt"][-1]["content"] = comets["prompt"][-1]["content"].upper()
+        return [tides, comets]
 
 
 class TestShortAnswersExample(FilterContract):

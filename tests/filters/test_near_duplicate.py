@@ -95,7 +95,8 @@ def test_is_in_the_round_chain_after_the_exact_filter_with_the_issue_defaults(
         tmp_path: Path) -> None:
     cfg = load_config(base={"store": {"root": str(tmp_path)}})
     assert dict(cfg.round.near_duplicate) == {"enabled": True, "threshold": 0.8, "num_perm": 128,
-                                              "bands": 16, "ngram": 5, "min_words": 10}
+                                              "bands": 16, "ngram": 5, "min_words": 10,
+                                              "answer_gate": True}
     store = Store(tmp_path)
     rec = store.create("ds", [row(story())])
     names = [type(f).__name__ for f in build_filters(cfg, store, "ds", rec)]

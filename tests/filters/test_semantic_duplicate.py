@@ -56,8 +56,21 @@ CODE = ("Write a Python function which returns the sum of all the even numbers i
         "integers.")
 
 
+# Each task's reference answer (dyngen.filters.answers: a different answer is a different
+# task); the code tasks' reference is free text, not compared.
+ANSWERS = {STORED[0]: "7", STORED[1]: "40", NEW: "Jupiter: hydrogen and helium",
+           PARAPHRASE: "7", NUMBERS: "13"}
+FREE_TEXT = "A function that loops over the list and adds each even number to a running total."
+
+
 def rows(texts: list[str], start: int = 0) -> list[dict[str, Any]]:
-    return [verl_row(start + i, content=t) for i, t in enumerate(texts)]
+    out = []
+    for i, t in enumerate(texts):
+        row = verl_row(start + i, content=t)
+        truth = next((a for task, a in ANSWERS.items() if t.startswith(task)), FREE_TEXT)
+        row["reward_model"] = {**row["reward_model"], "ground_truth": truth}
+        out.append(row)
+    return out
 
 
 def reasons(store: Store, texts: list[str], **kwargs: Any) -> list[str | None]:
@@ -85,15 +98,18 @@ def test_paraphrases_go_naming_the_row_and_cosine_number_variants_and_new_tasks_
              for v in flt.verdicts(rows([PARAPHRASE, NUMBERS, NEW, CODE], 100))]
     assert found[0] is not None and found[0].startswith(
         "semantic duplicate of row 0 of version 1 (added by version 0): cosine 0.9")
-    assert found[0].endswith("same numbers")
+    assert found[0].endswith("same answer, numbers within")
+    assert found[3] is not None and found[3].endswith("same numbers; no comparable answer")
     assert found[1] is None and found[2] is None  # other numbers; another task
     assert "row 2 of version 1 (added by version 1)" in (found[3] or "")
     record = flt.lineage()
     assert record is not None and record["rows_embedded"] == 4
     assert record["embedding_seconds"] > 0 and record["model"] == "minilm"
     # Without the number rule the number variant goes too: the rule is what keeps it.
-    assert reasons(store, [NUMBERS], threshold=0.9, numbers_must_match=False)[0] is not None
-    assert reasons(store, [NUMBERS], threshold=0.9)[0] is None
+    # (Without the answer gate, which alone would keep it: 13 is not 7.)
+    loose = {"threshold": 0.9, "answer_gate": False}
+    assert reasons(store, [NUMBERS], numbers_must_match=False, **loose)[0] is not None
+    assert reasons(store, [NUMBERS], **loose)[0] is None
 
 
 def test_rows_of_one_round_meet_each_other_and_numbers_count_in_order(
@@ -104,7 +120,7 @@ def test_rows_of_one_round_meet_each_other_and_numbers_count_in_order(
     assert found[0] is None and found[2] is None
     assert found[1] == "semantic duplicate of generated row 0 of this round: cosine " \
         f"{float(np.dot(*embedder(MINILM.settings).embed([STORED[0], PARAPHRASE]))):.3f}, " \
-        "same numbers"
+        "same answer, numbers within"
     assert number_key("What is 12 - 7?") == number_key("Compute 12 minus 7.")
     assert number_key("What is 12 - 7?") != number_key("What is 7 - 12?")
 

@@ -212,9 +212,14 @@ def _prefect_servers() -> list[str]:
 
 
 class WritesPrompts(AbstractDataGenerator):
-    """One row per prompt of `prompts` (the semantic-duplicate round's paraphrases)."""
+    """One row per prompt of `prompts` (the semantic-duplicate round's paraphrases), with
+    the reference answer of `answers` where given."""
 
     def generate(self, dataset: Any) -> datasets.Dataset:
         start = int(self.config.get("start", 100))
-        return datasets.Dataset.from_list([verl_row(start + i, source="gen", content=str(p))
-                                           for i, p in enumerate(self.config.prompts)])
+        answers = list(self.config.get("answers") or [])
+        rows = [verl_row(start + i, source="gen", content=str(p))
+                for i, p in enumerate(self.config.prompts)]
+        for row, answer in zip(rows, answers, strict=False):
+            row["reward_model"] = {**row["reward_model"], "ground_truth": str(answer)}
+        return datasets.Dataset.from_list(rows)

@@ -27,15 +27,24 @@ NUMBERS = ("Tom has 6 apples and buys 7 more apples at the market. How many appl
 NEW = "Name the largest planet of the solar system and say what its atmosphere is made of."
 AREA = ("A rectangle has a length of 8 centimeters and a width of 5 centimeters. What is the "
         "area of the rectangle?")
+# Each task's reference answer: a paraphrase has its original's, so the answer gate lets the
+# semantic filter judge it (dyngen.filters.answers).
+ANSWERS = {SEED[0]: "7", SEED[1]: "40", PARAPHRASE: "7", NUMBERS: "13",
+           NEW: "Jupiter: hydrogen and helium", AREA: "40"}
 
 
 def config(store: Store, prompts: list[str]) -> dict[str, Any]:
     return {"store": {"root": str(store.root)},
             "data": {"filter_overlong_prompts": False,
                      "datagen": {"path": "pkg://tests.flows.gens", "name": "WritesPrompts",
-                                 "prompts": prompts}},
+                                 "prompts": prompts,
+                                 "answers": [ANSWERS.get(p, ANSWERS[NEW]) for p in prompts]}},
             "round": {"retries": 0, "retry_delay_seconds": 0,
                       "semantic_duplicate": {"enabled": True}}}
+
+
+def answered(row: dict[str, Any], answer: str) -> dict[str, Any]:
+    return {**row, "reward_model": {**row["reward_model"], "ground_truth": answer}}
 
 
 def prompts_of(store: Store) -> list[str]:
@@ -45,7 +54,7 @@ def prompts_of(store: Store) -> list[str]:
 def test_a_round_quarantines_paraphrases_then_a_restore_and_the_next_round(
         tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
-    store.create("ds", [verl_row(i, content=t) for i, t in enumerate(SEED)])
+    store.create("ds", [answered(verl_row(i, content=t), ANSWERS[t]) for i, t in enumerate(SEED)])
     model = embedder(VectorSettings())
     model._memo.clear()  # the process's memo may hold these texts from another test
     before = model.rows_embedded
