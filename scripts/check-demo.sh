@@ -3,6 +3,11 @@
 # the server extra): the demo must finish with its Prefect server on PostgreSQL, and that
 # environment must hold no torch (the demo never needs it; on a user's machine an unpinned
 # torch is a multi-GB CUDA download).
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/check-demo.sh"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export VENV=.venv-demo

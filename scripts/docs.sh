@@ -4,6 +4,11 @@
 #   bash scripts/docs.sh 8123         another port
 # Installs dyngen and the docs extra into $VENV (default .venv) first if mkdocs is not there
 # (scripts/setup.sh --docs: at the lock's versions).
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/docs.sh [PORT]"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export VENV="${VENV:-.venv}"

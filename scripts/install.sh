@@ -3,6 +3,11 @@
 # into $VENV with uv (parallel downloads and unpacking: a few times faster than pip), given
 # pip's own settings on this machine (find-links, constraints, indexes) and the lock. Where
 # uv cannot be installed, pip does the same.
+if [ "${BASH_SOURCE[0]}" = "$0" ] && { [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; }; then
+    echo "usage: source scripts/install.sh  (from a script, with VENV and LOCK set)"
+    sed -n '1,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 : "${VENV:?VENV must be set}"
 : "${LOCK:?LOCK must be set: a name in constraints/, or none}"
 # Where packages come from, as pip's settings say (also what scripts/lock.sh resolves with).

@@ -10,6 +10,11 @@
 #                                                 pass through the same way
 #   bash scripts/lock.sh --keep                   keep the current pins where they still fit
 #                                                 (after adding a dependency)
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/lock.sh [--keep | --upgrade-package NAME | uv pip compile options]"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The Python the lock is for: CI's and the development machines' (python3 there). Installs

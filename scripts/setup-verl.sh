@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Create .venv-verl (if missing) with dyngen + verl 0.9.1 on the CPU: what tests/verl needs,
 # at the versions of its lock (constraints/verl.txt, made by `bash scripts/lock.sh`).
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/setup-verl.sh"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

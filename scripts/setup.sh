@@ -9,6 +9,11 @@
 #           TRL, docs, server, reasoning-gym and sandbox extras and the proposer's model
 # The demo's lock is the tests' lock cut down to what the demo installs: one .venv can hold
 # either set-up and no package moves between them.
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/setup.sh [--base|--demo|--docs]"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

@@ -6,6 +6,11 @@
 # (CI runs both at once; apt takes one installer at a time), the other waits, then finds
 # nothing missing.
 #   --sandbox  only what the sandbox needs (bubblewrap, libseccomp2)
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/system-packages.sh [--sandbox]"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .dyngen

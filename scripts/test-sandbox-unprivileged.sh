@@ -5,6 +5,11 @@
 # The user cannot read a checkout under /root nor the venv's interpreter there, so it runs a
 # world-readable copy of dyngen and tests/sandbox with the system's python3 and pytest
 # (Debian: python3-pytest), and the venv's pyseccomp (one pure-Python file).
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/test-sandbox-unprivileged.sh [PYTEST OPTIONS]  (as root)"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 user=dyngen-sandbox

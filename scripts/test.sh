@@ -2,6 +2,11 @@
 # Set up .venv (and Chromium and bubblewrap for the UI and sandbox tests; PostgreSQL comes
 # in a wheel, the server extra), build the documentation site strictly, and run the whole
 # test suite (CI runs this).
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then  # usage, and nothing done
+    echo "usage: bash scripts/test.sh [PYTEST OPTIONS]"
+    sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+    exit 0
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -27,6 +27,9 @@ os.environ["DYNGEN_OUTBOX"] = tempfile.mkdtemp(prefix="dyngen-outbox-")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
+# A temporary Prefect server a test starts stops with the process that started it: none is
+# kept for the next command (tests/test_temporary_server.py keeps one on purpose).
+os.environ["DYNGEN_SERVER_IDLE_TIMEOUT"] = "0"
 # `dyngen round`'s Prefect logs go to a throwaway folder, never the repository's .dyngen/.
 os.environ["DYNGEN_LOG_DIR"] = tempfile.mkdtemp(prefix="dyngen-logs-")
 

@@ -44,6 +44,9 @@ def test_demo_grows_the_dataset_through_served_rounds_and_leaves_nothing_running
         assert trigger["event_id"][:8] in out.stdout  # the event the demo printed it emitted
         assert rec.lineage["generator"]["name"] == "ArithmeticCurriculum"
         assert rec.lineage["flow_run_id"]
+        # the simulated trainer's rollouts and their reward spread reached the round
+        assert 0 <= trigger["metrics"]["dyngen/zero_spread_share"] <= 1
+        assert Path(trigger["rollouts"]).is_file()
     for row in store.load("arith-demo").to_list():  # every answer is right
         expression = row["prompt"][-1]["content"].removeprefix("What is ").rstrip("?")
         assert int(row["reward_model"]["ground_truth"]) == eval(expression)  # noqa: S307
@@ -66,7 +69,9 @@ def test_the_demos_report_renders_in_a_browser_with_its_charts(
     dom = render(report.as_uri(), tmp_path / "r", ["arith-demo"], flags=offline)
     charts = dict(re.findall(r'<figure class="chart" data-chart="(\w+)"><svg[^>]*>(.*?)</svg>',
                              dom, flags=re.S))
-    assert sorted(charts) == ["counts", "metrics", "rows", "state", "timings"], dom[:3000]
+    assert sorted(charts) == ["counts", "effective", "metrics", "rows", "state", "timings"], \
+        dom[:3000]
+    assert "Is the data helping?" in dom
     assert all("<path" in svg for svg in charts.values())  # each chart drew something
     assert ">score<" in charts["metrics"] and ">level<" in charts["state"]
     shot = screenshot(report.as_uri(), tmp_path / "s", "demo-report.png", size="1200,2600")

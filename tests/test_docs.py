@@ -233,3 +233,22 @@ def test_the_readme_and_the_docs_have_one_quickstart() -> None:
     assert first_round == lines(page, "dyngen round ")[0]
     assert lines(readme, "committed 'my-data' version 1")[0] == \
         lines(page, "committed 'my-data' version 1")[0]
+
+
+def test_the_readme_is_short_and_starts_with_its_two_commands() -> None:
+    """Within 200 lines; its first lines are the demo's one command and the tests' one
+    (.ci/run and scripts/check-demo.sh run them as the README names them)."""
+    lines = (DOCS.parent / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; keep it within 200"
+    assert lines[0] == "# dyngen"
+    assert lines[2].startswith("Run the demo") and lines[2].endswith("`bash scripts/demo.sh`")
+    assert lines[4].startswith("Run the tests") and lines[4].endswith("`bash scripts/test.sh`")
+
+
+def test_the_readmes_trainer_snippet_names_the_prefect_server() -> None:
+    """The trainer's process needs PREFECT_API_URL too: without it a batch end's event is
+    dropped (the store's inbox keeps the batch end), so the snippet says so."""
+    snippet = [b for b in blocks(DOCS.parent / "README.md")
+               if b.lang in PYTHON and "emit_batch_end(" in b.code]
+    assert len(snippet) == 1
+    assert "PREFECT_API_URL" in snippet[0].code

@@ -258,3 +258,58 @@ def test_the_rows_chart_marks_only_versions_not_made_by_appending(grown: Store) 
                   for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True)]
         assert points == expected
         plt.close(figure)
+
+
+def ticks(svg: str) -> dict[str, list[str]]:
+    """The tick labels a chart's SVG shows, by axis (x, y), as the reader sees them."""
+    found: dict[str, list[str]] = {"x": [], "y": []}
+    for axis, label in re.findall(r'<g id="([xy])tick_\d+">.*?<text[^>]*>([^<]*)</text>', svg,
+                                  flags=re.S):
+        found[axis].append(label.replace("\u2212", "-"))
+    return found
+
+
+def chart_of(page: str, key: str) -> str:
+    start = page.index(f'data-chart="{key}"')
+    return page[start:page.index("</figure>", start)]
+
+
+def number(label: str) -> float:
+    return float(label.replace(",", ""))
+
+
+def test_whole_number_axes_tick_at_whole_numbers_and_flat_lines_stay_flat(
+        tmp_path: Path) -> None:
+    """One round (a single version and step on its axes) and a constant score: matplotlib
+    alone ticks 0.96, 0.98, ... for version 1 and zooms 0.5 to 0.496 ... 0.504."""
+    store = Store(tmp_path)
+    store.create("one", verl_rows(9_998))
+    lineage = round_lineage(1, 2, {})
+    lineage["trigger"]["metrics"] = {"score": 0.5, "loss": 2.3}
+    store.append("one", verl_rows(2, start=20_000), lineage=lineage)
+    for step in (2, 3, 4):  # near-constant: a loss moving in its fourth digit
+        lineage = round_lineage(step, 2, {})
+        lineage["trigger"]["metrics"] = {"score": 0.5, "loss": 2.3 + step * 1e-4}
+        store.append("one", verl_rows(2, start=20_000 + 10 * step), lineage=lineage)
+    page = report_html(store, "one")
+    for key in ("rows", "counts", "metrics", "state", "timings"):
+        shown = ticks(chart_of(page, key))
+        assert shown["x"] and all(number(x).is_integer() for x in shown["x"]), (key, shown)
+    for key in ("rows", "counts", "state"):  # rows, kept rows, the level: whole numbers
+        shown = ticks(chart_of(page, key))
+        assert all(number(y).is_integer() for y in shown["y"]), (key, shown)
+    assert "10,000" in ticks(chart_of(page, "rows"))["y"]  # written out, no 1e4 offset
+    assert number(ticks(chart_of(page, "rows"))["y"][0]) == 0  # a count from 0
+    metrics = chart_of(page, "metrics")
+    ys = [number(y) for y in ticks(metrics)["y"]]
+    loss = [y for y in ys if y > 1.5]
+    assert max(loss) - min(loss) > 0.15, loss  # about a tenth of 2.3, not 0.0006
+    share = [y for y in ys if y <= 1.5]
+    assert min(share) <= 0 and max(share) >= 1, share  # a value in [0, 1]: drawn on 0..1
+
+
+def test_a_near_constant_sparkline_is_flat() -> None:
+    assert sparkline([0.5, 0.5001, 0.4999, 0.5]) == "▄▄▄▄"
+    assert sparkline([10_000, 10_001, 10_002]) == "▄▄▄"
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"  # a real trend keeps its range
+    assert sparkline([0.0, 1.0]) == "▁█"

@@ -84,3 +84,35 @@ def test_unreadable_inputs_are_clear_errors(tmp_path: Path, name: str, content: 
         path.write_text(content)
     with pytest.raises(ImportFormatError, match=name):
         import_files(Store(tmp_path / "root"), "bad", [path])
+
+
+def test_a_pretty_printed_json_array_imports_as_verl_reads_it(tmp_path: Path) -> None:
+    """`datasets.load_dataset("json")`, verl's reader of `.json` files, also reads one JSON
+    array of rows, as verl's own tests write it (`json.dump(rows, f, indent=2)`)."""
+    src = tmp_path / "rows.json"
+    src.write_text(json.dumps(verl_rows(3), indent=2))
+    store = Store(tmp_path / "root")
+    assert import_files(store, "arr", [src]).rows == 3
+    assert [e["index"] for e in store.load("arr")["extra_info"]] == [0, 1, 2]
+    src.write_text(json.dumps([1, 2]))
+    with pytest.raises(ImportFormatError, match="JSON array of objects"):
+        import_files(store, "bad", [src])
+
+
+def test_ability_and_extra_info_are_optional_as_in_verl(tmp_path: Path) -> None:
+    rows = [{k: v for k, v in r.items() if k not in ("ability", "extra_info")}
+            for r in verl_rows(2)]
+    store = Store(tmp_path / "root")
+    import_files(store, "lean", [write_parquet(tmp_path / "lean.parquet", rows)])
+    loaded = store.load("lean")
+    assert "ability" not in loaded.column_names and loaded[0]["prompt"] == rows[0]["prompt"]
+
+
+def test_as_verl_only_the_prompt_is_required_and_it_may_be_a_string(tmp_path: Path) -> None:
+    rows = [{"prompt": f"What is {i} + {i}?"} for i in range(2)]
+    src = write_parquet(tmp_path / "plain.parquet", rows)
+    store = Store(tmp_path / "root")
+    with pytest.raises(ImportFormatError, match="lacks verl columns"):
+        import_files(store, "plain", [src])
+    assert import_files(store, "plain", [src], as_verl=True).rows == 2
+    assert store.load("plain")["prompt"] == ["What is 0 + 0?", "What is 1 + 1?"]

@@ -3,7 +3,8 @@
 It starts a local Prefect server (PostgreSQL under the demo folder where the extra
 `dyngen[server]` is installed, else SQLite; 127.0.0.1 only), serves
 the generation round with its batch-end trigger, seeds a small verl-format dataset,
-runs a simulated training loop that emits batch-end events with metrics, waits for
+runs a simulated training loop that emits batch-end events with metrics and rollouts
+(each sampled prompt's rewards, so the report draws "Is the data helping?"), waits for
 each triggered round to commit, prints the history with lineage and the UI address,
 writes the history's report (report.html in the demo folder) and prints its path, then
 stops everything it started, by PID (unless --keep-server).
@@ -29,10 +30,14 @@ from dyngen.server.local import LocalServer, wait_for_automation
 from dyngen.server.processes import spawn, stop
 from dyngen.store import Store, VersionRecord, verify
 from dyngen.trainers.events import emit_batch_end, trigger_name
+from dyngen.trainers.rollouts import rollout_record, rollouts_dir, write_rollouts
+from dyngen.trainers.spread import grouped, spread_metrics
 from dyngen.trainers.verl_format import import_files
 
 DATASET = "arith-demo"
 ROUND_TIMEOUT_SECONDS = 120.0
+PROMPTS_PER_BATCH = 4  # the simulated trainer's batch: prompts, each sampled SAMPLES times
+SAMPLES = 4
 
 
 def demo_config(store_root: Path) -> dict:
@@ -60,6 +65,23 @@ def seed(store: Store, workdir: Path, console: Console) -> VersionRecord:
     rec = import_files(store, DATASET, [seed_file])
     console.print(f"seeded {DATASET} v0 from {seed_file} ({rec.rows} rows)")
     return rec
+
+
+def simulated_batch(store: Store, rng: random.Random, score: float, path: Path
+                    ) -> tuple[Path, dict[str, float]]:
+    """A training batch as a GRPO trainer would report it: PROMPTS_PER_BATCH of the
+    dataset's prompts, each sampled SAMPLES times and scored 1 with probability `score`,
+    written as the rollouts file `path`; and the batch's reward spread (dyngen/...)."""
+    rows = store.to_arrow(DATASET).to_pylist()
+    records = []
+    for row in rng.sample(rows, min(PROMPTS_PER_BATCH, len(rows))):
+        truth = row["reward_model"]["ground_truth"]
+        for _ in range(SAMPLES):
+            record = rollout_record(row["prompt"], float(rng.random() < score), truth)
+            if record is not None:
+                records.append(record)
+    spread = spread_metrics(grouped((r["prompt"], r["score"]) for r in records))
+    return write_rollouts(path, records), spread
 
 
 def wait_for_event(store: Store, event_id: str, timeout: float) -> VersionRecord:
@@ -108,9 +130,11 @@ def run_demo(workdir: Path, console: Console, *, batches: int = 3,
         for step in range(start.version + 1, start.version + 1 + batches):
             time.sleep(0.5)  # "training"
             score = min(1.0, max(0.0, score + rng.uniform(-0.1, 0.3)))
+            rollouts, spread = simulated_batch(  # where the round may read it
+                store, rng, score, rollouts_dir(store.root, DATASET, "demo") / f"step-{step}.jsonl")
             t_emit = time.monotonic()
-            event_id = emit_batch_end(DATASET, step, {"score": round(score, 3)},
-                                      api_url=server.api_url)
+            event_id = emit_batch_end(DATASET, step, {"score": round(score, 3), **spread},
+                                      rollouts, api_url=server.api_url)
             if event_id is None:
                 raise RuntimeError("the batch-end event could not be sent; see the warning")
             console.print(f"step {step}: batch ended (score {score:.2f}) → event "

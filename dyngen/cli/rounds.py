@@ -25,8 +25,16 @@ def round_(
     rollouts: Annotated[Path | None, typer.Option(
         help="The batch's rollouts file (JSONL of prompt and score) for the generator; its "
              "folder is allowed for this run.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Generate and filter on the head here, with no Prefect server, "
+                          "commit nothing, and print the rows kept and rejected (with "
+                          "their reasons).")] = False,
 ) -> None:
-    """Run one generation round now, as a Prefect flow run, and print what it committed."""
+    """Run one generation round now, as a Prefect flow run, and print what it committed.
+
+    Without PREFECT_API_URL, the temporary Prefect server dyngen starts stays up for the
+    next command until idle for DYNGEN_SERVER_IDLE_TIMEOUT seconds (600; 0 stops it with
+    the command)."""
     from dyngen.cli.runlog import log_path, prefect_log_to_file, round_failure
     from dyngen.config import round_params
     from dyngen.config.preflight import check_before_start
@@ -39,11 +47,16 @@ def round_(
                           root=state.root, rollouts_dirs=[rollouts.parent] if rollouts else [])
     # Every mistake the config can hold, in this process, before a server or a flow run.
     check_before_start(params, dataset=name)
-    from dyngen.runtime.in_process import run_round
-
     given = {"step": step, "event_id": event_id,
              "rollouts": str(rollouts) if rollouts else None}
     trigger = {k: v for k, v in given.items() if v is not None}
+    if dry_run:  # the round's own stages, here, without Prefect: nothing committed
+        from dyngen.cli.dry_run import dry_run as try_round
+
+        try_round(name, params, trigger or None, state.out)
+        return
+    from dyngen.runtime.in_process import run_round
+
     with prefect_log_to_file(log_path(name), state.debug) as log:
         try:
             result = run_round(name, config=params, trigger=trigger or None)

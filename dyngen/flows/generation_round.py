@@ -10,6 +10,11 @@ stage runs the whole chain, the expensive solve-rate filter last. After its vers
 committed and published, the round compacts the head's small shards if the store's policy
 asks (`round.compaction`); that never fails a committed round.
 
+In Prefect's graph each stage is fed by the one before it, and by nothing else: the other
+values a stage takes are passed `quote`d (not tracked) and the previous stage's result
+`opaque` (tracked, not searched for other runs' results inside). Each stage logs one line
+of what it did: rows in, rows out, reasons.
+
 A run is named `<dataset>-step-<N>` until it knows the version it makes, then
 `<dataset>-v<version>` (dyngen.round.run_names).
 Prefect records its parameters with any credential in `store.storage_options` redacted
@@ -22,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import get_run_logger
+from prefect.utilities.annotations import opaque, quote
 
 from dyngen.faults import crash_point
 from dyngen.filters.chain import index_params, vector_params
@@ -68,13 +74,13 @@ def generation_round(
             with timed(timings, "generate"):
                 rows, generator, fanned_out = generate_all(cfg, data, context)
             with timed(timings, "filter"):  # every filter of the chain, the solve rate last
-                outcome = filter_generated(cfg, parent, rows, context)
+                outcome = filter_generated(cfg, quote(parent), opaque(rows), quote(context))
             lineage = rnd.lineage(context, generator, len(rows), outcome, fanned_out)
             with stage("concat"):
-                pending = concat_rows(where, context, outcome, generator["name"], lineage,
-                                      index_params(cfg), vector_params(cfg))
+                pending = concat_rows(where, quote(context), opaque(outcome), generator["name"],
+                                      quote(lineage), index_params(cfg), vector_params(cfg))
             with stage("version"):  # or the version that covered its batch ends meanwhile
-                record, created = commit_version(where, pending)
+                record, created = commit_version(where, opaque(pending))
             if created:
                 break
             if not rnd.again(record, batch_ends):
@@ -106,7 +112,7 @@ def _compact(cfg: Any, dataset: str) -> list[int]:
     if not cfg.round.compaction.enabled:
         return []
     try:
-        return compact_head(store_settings(cfg.store), dataset, compaction_policy(cfg))
+        return compact_head(store_settings(cfg.store), quote(dataset), compaction_policy(cfg))
     except Exception as exc:  # the round's version is committed; compaction can wait
         get_run_logger().warning("compacting %s after the round failed (the round's version "
                                  "is committed): %s", dataset, exc)
@@ -118,7 +124,7 @@ def _publish(record: VersionRecord, store: Store, unless_published: bool = False
     try:
         if unless_published and lineage_published(record):
             return
-        publish_lineage(record, store.history(record.dataset, newest=HISTORY_ROWS))
+        publish_lineage(opaque(record), quote(store.history(record.dataset, newest=HISTORY_ROWS)))
     except Exception as exc:  # the version is committed; its record is the source of truth
         get_run_logger().warning("version %d is committed, but publishing its lineage to "
                                  "Prefect failed: %s", record.version, exc)

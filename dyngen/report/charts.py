@@ -2,19 +2,24 @@
 
 matplotlib's object API (`Figure`, no pyplot) draws without a display or global state.
 Long histories stay readable and small: bar charts group consecutive rounds into at
-most MAX_BARS bars, and lines keep at most MAX_POINTS points.
+most MAX_BARS bars, and lines keep at most MAX_POINTS points. Axes are honest: whole-number
+axes (versions, steps, rows, levels) tick at whole numbers only, counts and shares are
+drawn from 0, and a constant or near-constant line is not zoomed into its last digits.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Sequence
 
 import matplotlib
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
-from dyngen.report.history import History, RoundPoint, bins
+from dyngen.report.history import MIN_SPAN_SHARE, History, RoundPoint, bins
 
 MAX_BARS = 120
 MAX_POINTS = 1500
@@ -50,6 +55,7 @@ def rows_figure(history: History) -> Figure:
     if marked:
         ax.legend(loc="upper left", fontsize=8)
     _labels(ax, "version", "rows")
+    _y_range(ax, ys)
     return fig
 
 
@@ -79,6 +85,7 @@ def counts_chart(history: History) -> str | None:
     _legend_above(fig, len(layers))
     per = f" (each bar: {len(groups[0])} rounds)" if len(groups[0]) > 1 else ""
     _labels(ax, "version", "rows" + per)
+    _whole(ax.yaxis)
     return _svg(fig, f"{history.dataset}-counts")
 
 
@@ -116,7 +123,7 @@ def levels_chart(history: History) -> str | None:
                 linestyle=("-", "--", ":", "-.")[i // len(STAGE_COLORS) % 4])
     _legend_above(fig, len(families))
     _labels(ax, "version", "level")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    _y_range(ax, [r.levels[f] for r in history.rounds for f in families if f in r.levels])
     return _svg(fig, f"{history.dataset}-levels")
 
 
@@ -220,6 +227,7 @@ def _panels(series: dict[str, list[tuple[float, float]]], xlabel: str, salt: str
                 color=STAGE_COLORS[i % len(STAGE_COLORS)], linewidth=1.5)
         ax.set_title(name, fontsize=10)
         _labels(ax, xlabel, None)
+        _y_range(ax, ys)
     for ax in axes[len(series):]:
         ax.set_visible(False)
     return _svg(fig, salt)
@@ -253,12 +261,43 @@ def _thin(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[f
 
 
 def _labels(ax: Axes, xlabel: str, ylabel: str | None) -> None:
+    """Axis labels and grid; the x axis (versions or steps) is whole-numbered."""
     ax.set_xlabel(xlabel, fontsize=9)
     if ylabel:
         ax.set_ylabel(ylabel, fontsize=9)
     ax.tick_params(labelsize=8)
     ax.grid(alpha=0.3)
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    _whole(ax.xaxis)
+
+
+def _whole(axis: Axis) -> None:
+    """Ticks at whole numbers only, even when the view holds a single one (matplotlib's own
+    `integer=True` falls back to 0.96, 0.98, ... there), written out in full (10,000)."""
+    axis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 5, 10], integer=True,
+                                       min_n_ticks=1))
+    axis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+
+
+def _y_range(ax: Axes, values: Sequence[float]) -> None:
+    """An honest y-axis for a line of `values`: whole numbers tick as such; counts (whole,
+    not negative) and shares (within [0, 1]) are drawn from 0 (shares up to 1); any other
+    line spans at least MIN_SPAN_SHARE of its size, so noise is not drawn as a trend."""
+    ys = [float(v) for v in values if math.isfinite(v)]
+    if not ys:
+        return
+    low, high = min(ys), max(ys)
+    whole = all(y.is_integer() for y in ys)
+    if whole:
+        _whole(ax.yaxis)
+    if whole and low >= 0:
+        ax.set_ylim(0, high + max(0.5, 0.05 * high))
+    elif low >= 0 and high <= 1:
+        ax.set_ylim(-0.05, 1.05)
+    else:
+        span = max(high - low, MIN_SPAN_SHARE * max(abs(low), abs(high)))
+        if span > high - low:  # near-constant: centred in a span of its size
+            middle = (low + high) / 2
+            ax.set_ylim(middle - 0.55 * span, middle + 0.55 * span)
 
 
 def _svg(fig: Figure, salt: str) -> str:

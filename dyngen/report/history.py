@@ -19,6 +19,9 @@ from dyngen.store import VersionRecord
 from dyngen.trainers.spread import ZERO_SPREAD_SHARE, finite
 
 MAX_SERIES = 8  # metrics or state fields per chart: more would be unreadable
+# A line (or sparkline) spans at least this share of its largest |value|: a near-constant
+# series is drawn flat, not zoomed until its last digits look like a trend.
+MIN_SPAN_SHARE = 0.1
 
 
 @dataclass(frozen=True)

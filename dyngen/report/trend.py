@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dyngen.report.history import History, bins
+from dyngen.report.history import MIN_SPAN_SHARE, History, bins
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 WIDTH = 60  # characters per sparkline: longer windows are averaged into this many
@@ -18,16 +18,22 @@ SERIES_PER_KIND = 3  # metrics, and state fields, shown per artifact
 
 
 def sparkline(values: Sequence[float], width: int = WIDTH) -> str:
-    """`values` as block characters, lowest ▁ to highest █, averaged down to `width`."""
+    """`values` as block characters, lowest ▁ to highest █, averaged down to `width`. A
+    series that moves less than MIN_SPAN_SHARE of its size is drawn near the middle, flat
+    or nearly: its noise is not stretched into a trend."""
     points = [sum(values[i] for i in group) / len(group) for group in bins(len(values), width)]
     points = [p for p in points if math.isfinite(p)]
     if not points:
         return ""
     low, high = min(points), max(points)
-    if high == low:
+    span = max(high - low, MIN_SPAN_SHARE * max(abs(low), abs(high)))
+    if span == 0:
         return BLOCKS[3] * len(points)
-    scale = (len(BLOCKS) - 1) / (high - low)
-    return "".join(BLOCKS[round((p - low) * scale)] for p in points)
+    scale = (len(BLOCKS) - 1) / span
+    # low at ▁, unless the series is near-constant: then its middle at ▄
+    base = low if span == high - low else (low + high) / 2 - 3 / scale
+    top = len(BLOCKS) - 1
+    return "".join(BLOCKS[min(top, max(0, round((p - base) * scale)))] for p in points)
 
 
 def trend_markdown(history: History) -> str:

@@ -4,12 +4,12 @@ Used by `dyngen demo`, the benchmarks and the end-to-end tests: `prefect server 
 127.0.0.1 with PostgreSQL or SQLite (dyngen/server/database.py) under a folder of ours,
 optionally with basic auth, and child processes (serve, worker, postgres) in their own
 process groups so that stopping one stops everything it started. Without PREFECT_API_URL,
-Prefect's temporary server, on the same database choice (`ensure_prefect_api`).
+a temporary server, on the same database choice (`ensure_prefect_api`, re-exported from
+dyngen/server/temporary.py).
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import subprocess
 import sys
@@ -18,26 +18,28 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from dyngen.errors import ConfigError, PrefectServerError
+from dyngen.errors import PrefectServerError
 from dyngen.server.auth import AUTH_HINT, auth_headers
 from dyngen.server.database import DATABASES, default_database, sqlite_note
 from dyngen.server.processes import OwnedProcess, spawn
 from dyngen.server.processes import free_port as free_port  # re-exported, as before
 from dyngen.server.processes import stop as stop  # re-exported, as before
+from dyngen.server.processes import wait_healthy as wait_healthy  # re-exported, as before
+from dyngen.server.temporary import (  # re-exported, as before
+    TEMPORARY_SERVER_TIMEOUT_ENV as TEMPORARY_SERVER_TIMEOUT_ENV,
+)
+from dyngen.server.temporary import _temporary_postgres as _temporary_postgres
+from dyngen.server.temporary import ensure_prefect_api as ensure_prefect_api
+from dyngen.server.temporary import temporary_server_timeout as temporary_server_timeout
 
 if TYPE_CHECKING:
     from dyngen.server.postgres import LocalPostgres
 
 START_TIMEOUT_SECONDS = 180.0
-# Prefect's temporary server creates its SQLite database on the first start in a new
-# PREFECT_HOME: ~116 migrations, 9 s on a loaded 2-core machine, past Prefect's default
-# 20 s start-up budget together with the server's own import. dyngen waits this long.
-TEMPORARY_SERVER_TIMEOUT_ENV = "DYNGEN_SERVER_START_TIMEOUT"
-TEMPORARY_SERVER_TIMEOUT_SECONDS = 300.0
 
 
 # The server's own writes, batched: SQLite lets one transaction write at a time, and a
@@ -77,23 +79,6 @@ def prefect_env(home: Path, api_url: str | None = None,
     return env
 
 
-def wait_healthy(api_url: str, timeout: float = START_TIMEOUT_SECONDS,
-                 proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Wait until `<api_url>/health` answers 200, or fail saying why."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the Prefect server exited with code {proc.returncode} "
-                               "before becoming healthy; see its log.")
-        try:
-            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"the Prefect server at {api_url} was not healthy after {timeout:.0f} s")
-
-
 def wait_for_automation(api_url: str, name: str, timeout: float = 120.0,
                         settle_seconds: float = 2.0, auth_string: str | None = None) -> None:
     """Wait until an automation (a deployment's event trigger) exists on the server.
@@ -120,127 +105,6 @@ def wait_for_automation(api_url: str, name: str, timeout: float = 120.0,
         time.sleep(0.5)
     raise TimeoutError(f"the automation {name!r} did not appear on {api_url} within "
                        f"{timeout:.0f} s; is `dyngen serve` running? See its log.")
-
-
-def ensure_prefect_api(out: TextIO | None = None) -> str | None:
-    """The Prefect API this process will use; without PREFECT_API_URL, start Prefect's
-    temporary server now (on PostgreSQL under the Prefect home where the extra is installed,
-    see dyngen/server/database.py), with a patient timeout, saying on `out` (stderr) what it
-    waits for.
-
-    Returns the API address, or None when Prefect has no API and may not start one (its
-    own error then says to set PREFECT_API_URL).
-    """
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import PREFECT_API_URL, get_current_settings
-
-    if PREFECT_API_URL.value():
-        return str(PREFECT_API_URL.value())
-    settings = get_current_settings()
-    if not settings.server.ephemeral.enabled:
-        return None
-    # The instance Prefect's own clients use for the run (one per process).
-    server = SubprocessASGIServer()
-    if server.running:
-        return server.api_url
-    timeout = max(float(settings.server.ephemeral.startup_timeout_seconds),
-                  temporary_server_timeout())
-    out = out or sys.stderr
-    postgres = _temporary_postgres(settings)
-    if postgres is not None:
-        database: Path | None = postgres.data
-        first = not (postgres.data / "PG_VERSION").is_file()
-        what, note = f"its PostgreSQL database {database}", None
-    else:
-        url = settings.server.database.connection_url
-        database = _sqlite_file(url.get_secret_value() if url is not None else "")
-        first = database is not None and not database.exists()
-        what = f"its database {database}"
-        note = sqlite_note("sqlite") if database is not None and not _database_chosen(
-            settings) else None
-    why = (f"the first start in this PREFECT_HOME creates {what}, which can take a minute "
-           "on a slow machine" if first else "this takes a few seconds")
-    print(f"PREFECT_API_URL is not set: starting a temporary Prefect server for this run"
-          f"{' on PostgreSQL' if postgres else ''}; {why} (waiting up to {timeout:.0f} s)…",
-          file=out, flush=True)
-    if note:
-        print(f"  {note}", file=out, flush=True)
-    started = time.monotonic()
-    # The throwaway server's telemetry heartbeat races its own SQLite writes at start-up and
-    # prints a "database is locked" traceback into the user's first round; a user's own
-    # setting still wins.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    try:
-        _start_temporary(server, postgres, int(timeout))
-    except Exception as exc:
-        raise PrefectServerError(
-            f"the temporary Prefect server did not start within {timeout:.0f} s "
-            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}). Start one "
-            f"with `prefect server start` and set PREFECT_API_URL to it, or give it more time "
-            f"with {TEMPORARY_SERVER_TIMEOUT_ENV}=<seconds>.") from exc
-    print(f"  temporary Prefect server up at {server.api_url} after "
-          f"{time.monotonic() - started:.0f} s", file=out, flush=True)
-    return server.api_url
-
-
-def _database_chosen(settings: Any) -> bool:
-    """Whether the user set the server's database (a URL, or a driver and its parts)."""
-    return bool({"connection_url", "driver"} & settings.server.database.model_fields_set)
-
-
-def _temporary_postgres(settings: Any) -> LocalPostgres | None:
-    """The cluster for the temporary server (`<PREFECT_HOME>/postgres`), or None for the
-    database Prefect would use anyway (SQLite, or the one the user configured)."""
-    if _database_chosen(settings) or default_database() != "postgresql":
-        return None
-    from dyngen.server.postgres import LocalPostgres
-
-    return LocalPostgres(Path(settings.home) / "postgres")
-
-
-def _start_temporary(server: Any, postgres: LocalPostgres | None, timeout: int) -> None:
-    """Start the temporary server, on `postgres` if given, which stops after it at exit."""
-    if postgres is None:
-        server.start(timeout=timeout)
-        return
-    from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
-
-    postgres.start()
-    # Registered before the server's own stop (at its start): exit handlers run last
-    # first, so the database stops after the server.
-    atexit.register(postgres.stop)
-    try:
-        # The server process takes its settings from this one's at its start.
-        with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: postgres.url}):
-            server.start(timeout=timeout)
-    except BaseException:
-        atexit.unregister(postgres.stop)
-        postgres.stop()
-        raise
-
-
-def temporary_server_timeout() -> float:
-    """Seconds to wait for a temporary Prefect server: $DYNGEN_SERVER_START_TIMEOUT or 300."""
-    raw = os.environ.get(TEMPORARY_SERVER_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return TEMPORARY_SERVER_TIMEOUT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise ConfigError(f"{TEMPORARY_SERVER_TIMEOUT_ENV}: expected a number of seconds > 0, "
-                          f"found {raw!r}. Unset it to wait the default "
-                          f"{TEMPORARY_SERVER_TIMEOUT_SECONDS:.0f} s.")
-    return value
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The database file of a SQLite connection URL, else None."""
-    prefix, sep, path = url.partition(":///")
-    if not sep or not prefix.startswith("sqlite") or path.startswith(":memory:"):
-        return None
-    return Path(path.split("?", 1)[0])
 
 
 @dataclass

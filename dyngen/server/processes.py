@@ -12,8 +12,11 @@ import pwd
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+
+import httpx
 
 
 def free_port() -> int:
@@ -38,6 +41,24 @@ def spawn(args: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path | No
         return subprocess.Popen(list(args), env=dict(env), cwd=cwd, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, **as_user)  # type: ignore[call-overload]
+
+
+def wait_healthy(api_url: str, timeout: float = 180.0,
+                 proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Wait until `<api_url>/health` answers 200, or fail saying why."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the Prefect server exited with code {proc.returncode} "
+                               "before becoming healthy; see its log.")
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"the Prefect server at {api_url} was not healthy after {timeout:.0f} s")
+
 
 
 def _term_when_parent_dies() -> None:

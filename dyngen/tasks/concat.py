@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from dyngen.faults import crash_point
@@ -35,5 +35,10 @@ def concat_rows(store_root: StoreSpec, context: RoundContext, outcome: FilterOut
     timings = {**pending.lineage.get("timings", {}),
                "concat": round(time.perf_counter() - start, 3)}
     pending = replace(pending, lineage={**pending.lineage, "timings": timings})
+    get_run_logger().info(
+        "concat: %d kept rows in, %d rows out in %d new shard(s), %d rejected rows "
+        "quarantined; none visible until committed", len(outcome.kept),
+        sum(s.rows for s in pending.new_shards), len(pending.new_shards),
+        sum(s.rows for s in pending.rejected))
     crash_point("round.after_concat")
     return pending

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import DictConfig
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from dyngen.faults import crash_point
@@ -26,5 +26,8 @@ def filter_generated(cfg: DictConfig, parent: VersionRecord, rows: list[Any],
     filters = build_filters(cfg, store, parent.dataset, parent, rows,
                             grader=share_grader(cfg, context))
     outcome = filter_rows(rows, filters)
+    rejected = outcome.rejected_by_reason
+    get_run_logger().info("filter: %d rows in, %d kept, %d rejected %s", len(rows),
+                          len(outcome.kept), sum(rejected.values()), rejected)
     crash_point("round.after_filter")
     return outcome

@@ -7,7 +7,7 @@ from typing import Any
 
 import datasets
 from omegaconf import DictConfig
-from prefect import Task, task
+from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 from prefect.states import State
@@ -41,6 +41,12 @@ def generate_rows(datagen: DictConfig, dataset: datasets.Dataset | None, context
     previous = previous_generator_state(store, context.dataset, class_path(generator),
                                         context.parent, context.partition, context.partitions)
     rows = call_generator(generator, dataset, replace(context, previous_state=previous))
+    refused = len(getattr(rows, "quarantined", ()))
+    part = f" (partition {context.partition} of {context.partitions})" \
+        if context.partitions > 1 else ""
+    get_run_logger().info("generate: %s made %d new rows from %d rows in%s%s",
+                          type(generator).__name__, len(rows), len(dataset),
+                          f", refused {refused}" if refused else "", part)
     return rows, generator_lineage(datagen, generator)
 
 

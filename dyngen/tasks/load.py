@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from dyngen.faults import crash_point
 from dyngen.round import load_head
 from dyngen.round.context import RoundBatchEnd
-from dyngen.round.inbox import describe, pending_batch_ends
+from dyngen.round.inbox import covers_text, describe, pending_batch_ends
 from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import StoreSpec
@@ -28,5 +28,8 @@ def load_dataset(store_root: StoreSpec, dataset: str, rollouts: RolloutsPolicy |
         if entry.rollouts_error:
             get_run_logger().warning("%s: the round covers it without its rollouts: %s",
                                      describe(entry.key), entry.rollouts_error)
+    covered = f" ({covers_text([entry.key for entry in pending])})" if pending else ""
+    get_run_logger().info("load: %s v%d, %d rows in; %d batch end(s) pending%s", dataset,
+                          record.version, record.rows, len(pending), covered)
     crash_point("round.after_load")
     return data, record, pending

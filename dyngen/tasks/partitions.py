@@ -24,6 +24,7 @@ from dyngen.round.partitions import (
 from dyngen.round.task_runners import build_task_runner, partition_resources
 from dyngen.rows import RowBatch
 from dyngen.store.location import store_settings
+from dyngen.tasks.direct import call, direct
 from dyngen.tasks.generate import configured
 
 
@@ -36,20 +37,22 @@ def generate_all(cfg: DictConfig, dataset: datasets.Dataset, context: RoundConte
     """
     count, runner_cfg = int(cfg.round.partitions), cfg.round.task_runner
     task = configured(cfg)
-    if count == 1 and runner_cfg.kind == "threads":
-        rows, generator = task(cfg.data.datagen, dataset, context, store_settings(cfg.store))
+    if count == 1 and (runner_cfg.kind == "threads" or direct()):
+        rows, generator = call(task, cfg.data.datagen, dataset, context, store_settings(cfg.store))
         crash_point("round.after_generate")
         return rows, generator, None
     # Partitions load the parent version themselves: a Ray worker may be on another host.
     shared = {"datagen": cfg.data.datagen, "dataset": None, "store_root": store_settings(cfg.store)}
-    with build_task_runner(runner_cfg, count) as runner, partition_resources(runner_cfg):
-        futures = [runner.submit(task.with_options(task_run_name=f"generate-{p.partition}-of-"
-                                                                 f"{count}"),
-                                 {**shared, "context": p})
-                   for p in partition_contexts(context, count)]
-        wait(futures)
-        # In partition order; the first partition that failed after its retries raises.
-        results = [future.result() for future in futures]
+    if direct():  # a dry run: each partition's function in turn, in this thread
+        results = [task.fn(**shared, context=p) for p in partition_contexts(context, count)]
+    else:
+        with build_task_runner(runner_cfg, count) as runner, partition_resources(runner_cfg):
+            futures = [runner.submit(task.with_options(
+                task_run_name=f"generate-{p.partition}-of-{count}"), {**shared, "context": p})
+                for p in partition_contexts(context, count)]
+            wait(futures)
+            # In partition order; the first partition that failed after its retries raises.
+            results = [future.result() for future in futures]
     batches = [rows for rows, _ in results]
     crash_point("round.after_generate")
     return (union_rows(batches), union_generator_lineage([gen for _, gen in results]),

@@ -21,6 +21,7 @@ from dyngen.filters.solve_rate import grade_share, settings_of, split
 from dyngen.round import RoundContext
 from dyngen.round.task_runners import build_task_runner, partition_resources
 from dyngen.rows import RowBatch
+from dyngen.tasks.direct import direct
 from dyngen.tasks.generate import can_pass
 
 
@@ -45,6 +46,8 @@ def share_grader(cfg: DictConfig, context: RoundContext
 
     def grade(rows: RowBatch) -> list[dict[str, Any]]:
         shares = split(rows, count)
+        if direct():  # a dry run: each share's grade in turn, in this thread
+            return [graded.fn(settings, key, share, salt) for share in shares]
         if count == 1 and runner_cfg.kind == "threads":
             return [graded(settings, key, shares[0], salt)]
         with build_task_runner(runner_cfg, count) as runner, partition_resources(runner_cfg):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from uuid import UUID
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.assets import add_asset_metadata, materialize
 from prefect.cache_policies import NO_CACHE
@@ -15,6 +15,7 @@ from prefect.client.schemas.filters import (
     ArtifactFilterFlowRunId,
     ArtifactFilterKey,
 )
+from prefect.utilities.annotations import opaque
 
 from dyngen.errors import AlreadyCoveredError
 from dyngen.faults import crash_point
@@ -39,7 +40,12 @@ def commit_version(store_root: StoreSpec, pending: PendingCommit) -> tuple[Versi
     try:
         record = commit_round(store, pending)
     except AlreadyCoveredError as exc:
-        return covering_record(store, exc), False
+        covering = covering_record(store, exc)
+        get_run_logger().info("version: nothing committed; v%d already covers its batch "
+                              "ends", covering.version)
+        return covering, False
+    get_run_logger().info("version: committed %s v%d (parent v%s), %d rows out",
+                          record.dataset, record.version, record.parent, record.rows)
     crash_point("round.after_version")
     return record, True
 
@@ -78,7 +84,7 @@ def publish_lineage(record: VersionRecord, history: list[VersionRecord]) -> None
     )
     deps = [] if record.parent is None else [asset_key(record.dataset, record.parent)]
     _materialize.with_options(assets=[asset_key(record.dataset, record.version)],
-                              asset_deps=deps)(record)
+                              asset_deps=deps)(opaque(record))
 
 
 def lineage_published(record: VersionRecord) -> bool:

@@ -21,14 +21,15 @@ newest committed version, generated rows included, and does not re-read the file
 verl 0.9.1 calls `train_dataset.on_batch_end(batch=batch)` only in its legacy trainer
 (`trainer.use_v1=false`, `RayPPOTrainer.fit`) and in the experimental separation trainer;
 its default V1 trainer never does, so there rows grow only from one start to the next.
-verl builds the validation set with the same class: given other files than
-`data.train_files`, it is verl's plain `RLHFDataset` over those files.
+verl builds the validation set with the same class; it is verl's plain `RLHFDataset` over
+its files (never grown), `data.val_files` equal to `data.train_files` included.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -42,10 +43,13 @@ from dyngen.errors import ConfigError, DatasetExistsError
 from dyngen.locations import store_root
 from dyngen.store import Store
 from dyngen.trainers.dataset import DyngenDataset
+from dyngen.trainers.verl_files import batch_metrics, global_step, resumed_state
 from dyngen.trainers.verl_format import import_files
 
 logger = logging.getLogger(__name__)
 
+# Marks this dataset's state inside the dataloader's checkpoint.
+STATE_KEY = "dyngen_dataset"
 # verl's data keys that mean the same in dyngen's `data:` section (see dyngen.config).
 SHARED_DATA_KEYS = ("prompt_key", "max_prompt_length", "filter_overlong_prompts",
                     "apply_chat_template_kwargs", "datagen", "tokenizer")
@@ -58,22 +62,31 @@ class VerlDyngenDataset(RLHFDataset):
     only where rows come from differs. Rows keep the `_dyngen_*` provenance columns, so
     they reach the batch's `non_tensor_batch`.
 
-    Growth and verl's sampler: `on_batch_end` appends newly committed rows at the end, so
-    every index the running epoch's sampler drew stays valid and names the same row. verl's
-    `RandomSampler` (torchdata) and `SequentialSampler` read `len(dataset)` when an epoch's
-    iterator starts, so new rows are drawn from the next epoch on; with
-    `dataloader_num_workers > 0` the workers are forked per epoch and see them then too.
-    `len(train_dataloader)` grows, but verl fixed `total_training_steps` at start-up.
-    A checkpoint resumed mid-epoch after the dataset grew in that epoch replays the sampler
-    over the larger dataset: that epoch's remaining order differs from the interrupted one.
+    Growth: `on_batch_end` appends newly committed rows at the end (every index the running
+    epoch drew stays valid); verl's samplers read `len(dataset)` when an epoch starts (and
+    workers are forked per epoch), so new rows are drawn from the next epoch on.
+    Resume: `state_dict()` (in verl's `data.pt`) names the version and row count the running
+    epoch samples from and the step it began at (epochs end where `on_batch_end`'s steps say).
+    Resuming mid-epoch, the dataset is built on that version (verl's checkpoint found as verl
+    finds it), so the sampler replays the epoch on the same rows in the same order.
     """
+
+    # Class-level defaults: an instance made without __init__ (verl's own tests build one with
+    # `__new__` and set only what a method reads) behaves as verl's RLHFDataset.
+    dyngen_settings: dict[str, Any] | None = None
+    source: DyngenDataset | None = None
+    _version: int | None = None
+    _unapplied: int | None = None
+    _epoch: dict[str, Any] | None = None  # the running epoch: version, rows, first_step
+    _resume: tuple[int, dict[str, Any]] | None = None  # (checkpoint step, dataset state)
+    _tracked = False  # whether epochs were followed (verl called on_batch_end)
 
     def __init__(self, data_files: str | list[str], tokenizer: Any, config: DictConfig,
                  processor: Any = None, max_samples: int = -1) -> None:
         self.dyngen_settings = _settings(config) if _is_train(data_files, config) else None
-        self.source: DyngenDataset | None = None
-        self._version: int | None = None
-        self._unapplied: int | None = None
+        self.source = None
+        self._resume = None if self.dyngen_settings is None else \
+            _resume_point(config, self.dyngen_settings["dataset"])
         super().__init__(data_files=data_files, tokenizer=tokenizer, config=config,
                          processor=processor, max_samples=max_samples)
 
@@ -90,7 +103,8 @@ class VerlDyngenDataset(RLHFDataset):
             return None
         super()._download(use_origin_parquet)  # verl's copy of remote files to local ones
         try:
-            record = import_files(store, name, list(self.data_files), prompt_key=self.prompt_key)
+            record = import_files(store, name, list(self.data_files), prompt_key=self.prompt_key,
+                                  as_verl=True)
             logger.info("dyngen: seeded %r version 0 with %d rows from %s", name,
                         record.rows, list(self.data_files))
         except DatasetExistsError:  # another process seeded it first: use theirs
@@ -111,19 +125,88 @@ class VerlDyngenDataset(RLHFDataset):
                 if cfg["mode"] == "inline" else None)
         else:
             self.source.refresh()
-        frame = self.source.data
-        logger.info("dyngen: %r version %d has %d rows", self.source.name, self.source.version,
-                    len(frame))
-        if 0 < self.max_samples < len(frame):  # verl's own selection, as in RLHFDataset
-            if self.shuffle:
-                rng = np.random.default_rng(*((self.seed,) if self.seed is not None else ()))
-                indices = rng.choice(len(frame), size=self.max_samples, replace=False)
-            else:
-                indices = np.arange(self.max_samples)
-            frame = frame.select(indices.tolist())
-        self.dataframe = self.maybe_filter_out_long_prompts(frame)
-        self._version = self.source.version
+        version, first_step = self._start()
+        store, name = self.source.store, self.source.name
+        frame = self.source.data if version == self.source.version else store.load(name, version)
+        logger.info("dyngen: %r version %d has %d rows", name, version, len(frame))
+        self.dataframe = self.maybe_filter_out_long_prompts(self._max_samples(frame, version))
+        self._version = version
+        self._epoch = {"version": version, "rows": len(self.dataframe), "first_step": first_step}
         return None
+
+    def _start(self) -> tuple[int, int]:
+        """The version to serve and the step the running epoch began at: the checkpoint's
+        epoch if verl resumes in the middle of one, else the newest version."""
+        assert self.source is not None
+        if self._resume is None:
+            return self.source.version, 1
+        step, state = self._resume
+        self._resume, self._tracked = None, bool(state.get("tracked"))
+        size, done = self._batch_size(), step - int(state["first_step"]) + 1
+        if not self._tracked or not size or done % max(int(state["rows"]) // size, 1) == 0:
+            return self.source.version, step + 1  # the epoch ended: the next one is on the head
+        logger.info("dyngen: verl resumes at step %d in an epoch on version %d of %r: serving "
+                    "it until the epoch ends", step, state["version"], self.source.name)
+        return int(state["version"]), int(state["first_step"])
+
+    def _max_samples(self, frame: datasets.Dataset, version: int) -> datasets.Dataset:
+        """verl's `max_samples` selection over the imported rows (version 0), the same at
+        every start; rows later rounds added are all kept."""
+        if self.max_samples <= 0:
+            return frame
+        assert self.source is not None
+        store, name = self.source.store, self.source.name
+        base = store.record(name, 0).rows if store.extends(name, 0, version) else len(frame)
+        if self.max_samples >= base:
+            return frame
+        if self.shuffle:  # verl's own selection, as in RLHFDataset
+            rng = np.random.default_rng(*((self.seed,) if self.seed is not None else ()))
+            picked = rng.choice(base, size=self.max_samples, replace=False).tolist()
+        else:
+            picked = list(range(self.max_samples))
+        return frame.select([*picked, *range(base, len(frame))])
+
+    def _batch_size(self) -> int:
+        """The training dataloader's batch size, as verl sets it (drop_last=True)."""
+        size = self.config.get("gen_batch_size") or self.config.get("train_batch_size")
+        return size if isinstance(size, int) and size > 0 else 0
+
+    # ---- checkpoints (torchdata's Stateful protocol) -----------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What verl's checkpoint keeps: the version the running epoch samples from."""
+        if self.source is None or self._epoch is None:
+            return {}
+        return {STATE_KEY: self.source.name, **self._epoch, "tracked": self._tracked,
+                "served": self._version}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Check the dataloader's restored state against the rows this dataset was built on."""
+        if self.source is None or self._epoch is None or state.get(STATE_KEY) != self.source.name:
+            return
+        if state.get("tracked") and self._epoch["first_step"] > state["first_step"]:
+            return  # the saved epoch had ended: this one started after it, on the head
+        if (state["version"], state["rows"]) != (self._epoch["version"], self._epoch["rows"]):
+            logger.warning(
+                "dyngen: the checkpoint's epoch samples version %s of %r (%s rows), this "
+                "dataset serves version %s (%s rows): the rest of the epoch is not the "
+                "interrupted one's order", state["version"], self.source.name, state["rows"],
+                self._epoch["version"], self._epoch["rows"])
+            return
+        self._epoch = {k: state[k] for k in ("version", "rows", "first_step")}
+        self._tracked = bool(state.get("tracked"))
+
+    def _batch_ended(self, step: int | None) -> None:
+        """Follow verl's epochs: after an epoch's last batch the next one samples all rows."""
+        epoch, size = self._epoch, self._batch_size()
+        if epoch is None or not size:
+            return
+        self._tracked = True
+        done = epoch.setdefault("done", 0) + 1 if step is None else step - epoch["first_step"] + 1
+        epoch["done"] = done
+        if done >= epoch["rows"] // size:
+            after = step + 1 if step is not None else epoch["first_step"] + done
+            self._epoch = {"version": self._version, "rows": len(self.dataframe),
+                           "first_step": after}
 
     def maybe_filter_out_long_prompts(self, dataframe: datasets.Dataset | None = None
                                       ) -> datasets.Dataset:
@@ -173,27 +256,8 @@ class VerlDyngenDataset(RLHFDataset):
         return True
 
     def metrics_from_batch(self, batch: Any) -> dict[str, float]:
-        """The round's trigger metrics from a verl `DataProto`; empty if it has no scores.
-
-        `score/mean|max|min`: each sequence's summed `token_level_scores` (verl's
-        `critic/score/*`, before KL), or else the `score` non-tensor field (the reward
-        function's extra info); `acc/mean`: the `acc` non-tensor field, if present.
-        """
-        tensors = getattr(batch, "batch", None)
-        extra = getattr(batch, "non_tensor_batch", None) or {}
-        scores = None
-        # A TensorDict refuses `key in td`; its keys() view answers.
-        if tensors is not None and "token_level_scores" in tensors.keys():  # noqa: SIM118
-            scores = tensors["token_level_scores"].sum(-1).float().cpu().numpy()
-        elif "score" in extra:
-            scores = np.asarray(extra["score"], dtype=np.float64)
-        metrics: dict[str, float] = {}
-        if scores is not None and scores.size:
-            metrics.update({"score/mean": float(scores.mean()), "score/max": float(scores.max()),
-                            "score/min": float(scores.min())})
-        if "acc" in extra and len(extra["acc"]):
-            metrics["acc/mean"] = float(np.asarray(extra["acc"], dtype=np.float64).mean())
-        return metrics
+        """The round's trigger metrics from a verl `DataProto` (see `batch_metrics`)."""
+        return batch_metrics(batch)
 
     def on_batch_end(self, batch: Any = None) -> str | dict[str, Any] | None:
         """verl's hook after a training batch: ask for a round, then append new rows.
@@ -209,13 +273,17 @@ class VerlDyngenDataset(RLHFDataset):
         except Exception as exc:
             logger.warning("dyngen: no metrics from the batch (%s: %s)", type(exc).__name__, exc)
             metrics = None
-        step = _global_step(batch)
-        result = self.source.on_batch_end(batch, step=step, metrics=metrics)
+        step = global_step(batch)
         try:
-            self.refresh()
-        except Exception as exc:
-            logger.warning("dyngen: new rows of %r not added (%s: %s); training goes on with "
-                           "version %s", self.source.name, type(exc).__name__, exc, self._version)
+            result = self.source.on_batch_end(batch, step=step, metrics=metrics)
+            try:
+                self.refresh()
+            except Exception as exc:
+                logger.warning("dyngen: new rows of %r not added (%s: %s); training goes on "
+                               "with version %s", self.source.name, type(exc).__name__, exc,
+                               self._version)
+        finally:
+            self._batch_ended(step)
         return result
 
 
@@ -267,12 +335,34 @@ def _training_run(config: Any, run: Any) -> str | None:
     return str(found) if found not in (None, "") else None
 
 
+def _resume_point(config: Any, name: str) -> tuple[int, dict[str, Any]] | None:
+    """The checkpoint verl's trainer will resume from, and this dataset's state in it."""
+    try:
+        trainer = OmegaConf.select(config._get_root(), "trainer")
+    except Exception:  # a plain dict, or a section verl passed on its own
+        return None
+    found = resumed_state(trainer, STATE_KEY, name) if trainer is not None else None
+    if found is not None and trainer.get("use_v1") is False:  # the legacy trainer's fit loop
+        found[1]["tracked"] = True  # calls on_batch_end after every batch: epochs are followed
+    return found
+
+
 def _is_train(data_files: Any, config: Any) -> bool:
-    """Whether verl builds the training set (the store's) rather than the validation set."""
+    """Whether verl builds the training set (the store's) rather than the validation set:
+    other files than `data.train_files`, or the same files where verl's `create_rl_dataset`
+    was called with `is_train=False` (a flag it does not pass on to the class)."""
     train = config.get("train_files") if config is not None else None
     if train is None:
         return True
-    return _paths(data_files) == _paths(train)
+    if _paths(data_files) != _paths(train):
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "create_rl_dataset" \
+                and str(frame.f_globals.get("__name__", "")).startswith("verl."):
+            return bool(frame.f_locals.get("is_train", True))
+        frame = frame.f_back
+    return True
 
 
 def _paths(files: Any) -> list[str]:
@@ -290,12 +380,6 @@ def _round_config(settings: Mapping[str, Any], data: Any, tokenizer: Any) -> dic
         shared["tokenizer"] = local  # verl copied the model to local disk: same tokenizer
     base["data"] = {**dict(base.get("data") or {}), **shared}
     return base
-
-
-def _global_step(batch: Any) -> int | None:
-    meta = getattr(batch, "meta_info", None) or {}
-    step = meta.get("global_steps")
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 @contextmanager

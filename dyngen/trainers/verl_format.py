@@ -15,19 +15,23 @@ from dyngen.errors import ImportFormatError
 from dyngen.progress import QUIET, Bar
 from dyngen.store import PROVENANCE_COLUMNS, Store, VersionRecord
 
-REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+# What a reward needs; verl's RLHFDataset itself reads a file with only its prompt column
+# (`ability` is never read, a missing `extra_info` is `{}`, so `index` is 0).
+REQUIRED_COLUMNS = ("data_source", "prompt", "reward_model")
 EXPORT_ROW_GROUP = 128 * 1024  # rows per row group: parquet readers' usual size
 
 
 def read_verl_files(paths: Sequence[str | os.PathLike[str]], prompt_key: str = "prompt",
-                    progress: Bar = QUIET) -> pa.Table:
-    """Read verl-format .parquet / .jsonl files into one table, checking the row schema."""
+                    progress: Bar = QUIET, as_verl: bool = False) -> pa.Table:
+    """Read verl-format .parquet / .jsonl / .json files into one table, checking the row
+    schema. `as_verl`: accept what verl's RLHFDataset reads (only the prompt column is
+    required, and a prompt may be a plain string), for the verl drop-in."""
     if not paths:
         raise ImportFormatError("no input files given; pass one or more .parquet or .jsonl files.")
     sizes = [_size(Path(p)) for p in paths]
     progress.stage(f"reading {len(paths)} file(s)", sum(sizes) or None, "bytes")
-    tables = [_read_one(Path(p), prompt_key, size, progress) for p, size in zip(paths, sizes,
-                                                                                  strict=True)]
+    tables = [_read_one(Path(p), prompt_key, size, progress, as_verl)
+              for p, size in zip(paths, sizes, strict=True)]
     try:
         return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -44,7 +48,7 @@ def _size(path: Path) -> int:
         return 0  # _read_one says what is wrong with it
 
 
-def _read_one(path: Path, prompt_key: str, size: int, progress: Bar) -> pa.Table:
+def _read_one(path: Path, prompt_key: str, size: int, progress: Bar, as_verl: bool) -> pa.Table:
     if not path.is_file():
         raise ImportFormatError(f"input file {path} does not exist.")
     suffix = path.suffix.lower()
@@ -52,26 +56,29 @@ def _read_one(path: Path, prompt_key: str, size: int, progress: Bar) -> pa.Table
         if suffix == ".parquet":
             table = _read_parquet(path, size, progress)
         elif suffix in (".jsonl", ".json"):
-            table = pj.read_json(path)
+            table = _read_json(path)
             progress.advance(size)
         else:
             raise ImportFormatError(
-                f"input file {path}: expected a .parquet or .jsonl file, found {suffix or 'no'} "
-                "suffix."
+                f"input file {path}: expected a .parquet, .jsonl or .json file, found "
+                f"{suffix or 'no'} suffix."
             )
     except (OSError, pa.ArrowException) as exc:
         bad_line = _first_bad_json_line(path) if suffix in (".jsonl", ".json") else None
         if bad_line is not None:
             raise ImportFormatError(f"input file {path}: {bad_line}") from exc
         raise ImportFormatError(f"input file {path} could not be read as {suffix}: {exc}") from exc
-    required = [prompt_key if c == "prompt" else c for c in REQUIRED_COLUMNS]
+    required = [prompt_key] if as_verl else \
+        [prompt_key if c == "prompt" else c for c in REQUIRED_COLUMNS]
     missing = [c for c in required if c not in table.column_names]
     if missing:
         raise ImportFormatError(
             f"input file {path} lacks verl columns {missing}; expected {required}, found "
             f"{table.column_names}. Convert it with verl's data preprocessing scripts first."
         )
-    _check_prompt_type(path, prompt_key, table.schema.field(prompt_key).type)
+    kind = table.schema.field(prompt_key).type
+    if not (as_verl and (pa.types.is_string(kind) or pa.types.is_large_string(kind))):
+        _check_prompt_type(path, prompt_key, kind)
     reserved = [c for c in PROVENANCE_COLUMNS if c in table.column_names]
     if reserved:
         raise ImportFormatError(
@@ -79,6 +86,26 @@ def _read_one(path: Path, prompt_key: str, size: int, progress: Bar) -> pa.Table
             "export made with --with-provenance. Export without them to import again."
         )
     return table
+
+
+def _read_json(path: Path) -> pa.Table:
+    """JSON Lines, or (as `datasets.load_dataset("json")` reads a `.json` file) one JSON
+    array of objects, pretty-printed or not."""
+    try:
+        return pj.read_json(path)
+    except pa.ArrowInvalid:
+        with path.open(encoding="utf-8") as fh:
+            first = fh.read(4096).lstrip()[:1]
+        if first != "[":
+            raise
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ImportFormatError(f"input file {path} is not valid JSON ({exc}).") from exc
+    if not rows or not all(isinstance(r, dict) for r in rows):
+        raise ImportFormatError(f"input file {path}: expected a JSON array of objects (rows), "
+                                "or one JSON object per line.")
+    return pa.Table.from_pylist(rows)
 
 
 def _first_bad_json_line(path: Path) -> str | None:
@@ -132,9 +159,10 @@ def _check_prompt_type(path: Path, key: str, kind: pa.DataType) -> None:
 
 
 def import_files(store: Store, name: str, paths: Sequence[str | os.PathLike[str]],
-                 prompt_key: str = "prompt", progress: Bar = QUIET) -> VersionRecord:
-    """Create dataset `name` at version 0 from verl-format files."""
-    table = read_verl_files(paths, prompt_key, progress)
+                 prompt_key: str = "prompt", progress: Bar = QUIET,
+                 as_verl: bool = False) -> VersionRecord:
+    """Create dataset `name` at version 0 from verl-format files (see read_verl_files)."""
+    table = read_verl_files(paths, prompt_key, progress, as_verl)
     sources = [os.path.basename(str(p)) for p in paths]
     return store.create(name, table, lineage={"imported_from": sources}, prompt_key=prompt_key,
                         progress=progress)

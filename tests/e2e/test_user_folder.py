@@ -114,7 +114,7 @@ args = GRPOConfig(output_dir="out", max_steps=2, per_device_train_batch_size=2,
                   use_cpu=True, save_strategy="no", seed=0)
 trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tokenizer,
                       train_dataset=FollowingDataset("dyngen_store", "trl", block_rows=1))
-callback = DyngenCallback("trl", "dyngen_store", trainer=trainer, mode="inline", config=CONFIG)
+callback = DyngenCallback("dyngen_store", "trl", trainer=trainer, mode="inline", config=CONFIG)
 trainer.add_callback(callback)
 trainer.train()
 print(json.dumps(callback.results))

@@ -282,3 +282,54 @@ def test_cli_round_runs_a_flow_and_prints_the_commit(store: Store, tmp_path: Pat
     assert store.head("ds").lineage["trigger"]["rollouts"] == str(tmp_path / "batch.jsonl")
     bad = CliRunner().invoke(app, [*args[:6], "data.max_prompt_length=abc"])
     assert bad.exit_code == 2 and "data.max_prompt_length: expected an integer" in bad.output
+
+
+def task_runs(flow_run_id: Any, names: set[str], timeout: float = 60.0) -> list[Any]:
+    """The flow run's task runs once those named (less their suffix) are final: task runs
+    reach the server as events, a moment after the flow run ends."""
+    import time
+
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[flow_run_id])))
+            final = {r.name.rsplit("-", 1)[0] for r in runs if r.state and r.state.is_final()}
+            if names <= final or time.monotonic() > deadline:
+                return runs
+            time.sleep(0.5)  # polling the server, as tests/flows/test_round_rollouts.py does
+
+
+def test_the_rounds_graph_is_its_stages_in_order_and_each_says_what_it_did(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    """In Prefect's graph each stage is fed by the one before it and by nothing else (the UI
+    draws an edge per task input that is another run's result), and each logs one line."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="prefect")  # run loggers are under it
+    store.write_batch_end("ds", "run-a", 7, {"score": 0.5})
+    state = generation_round("ds", config(store, n=3), {"event_id": "e7", "step": 7,
+                                                        "run": "run-a"}, return_state=True)
+    assert state.is_completed(), state.message
+    runs = task_runs(state.state_details.flow_run_id, {"load", "generate", "filter", "concat",
+                                                        "version", "publish-lineage"})
+    stage_of = {run.id: run.name.rsplit("-", 1)[0] for run in runs}
+    fed_by = {stage_of[run.id]: sorted({stage_of[i.id] for inputs in run.task_inputs.values()
+                                        for i in inputs if getattr(i, "id", None) in stage_of})
+              for run in runs}
+    assert {s: fed_by[s] for s in ("load", "generate", "filter", "concat", "version")} == {
+        "load": [], "generate": ["load"], "filter": ["generate"], "concat": ["filter"],
+        "version": ["concat"]}
+    assert fed_by["publish-lineage"] == ["version"]
+    lines = [r.getMessage() for r in caplog.records]
+    said = {stage: [ln for ln in lines if ln.startswith(f"{stage}: ")]
+            for stage in ("load", "generate", "filter", "concat", "version")}
+    assert said == {
+        "load": ["load: ds v0, 4 rows in; 1 batch end(s) pending (run-a step 7)"],
+        "generate": ["generate: AddNewRows made 4 new rows from 4 rows in"],
+        "filter": ["filter: 4 rows in, 3 kept, 1 rejected {'duplicate': 1}"],
+        "concat": ["concat: 3 kept rows in, 3 rows out in 1 new shard(s), 1 rejected rows "
+                   "quarantined; none visible until committed"],
+        "version": ["version: committed ds v1 (parent v0), 7 rows out"]}

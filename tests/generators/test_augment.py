@@ -74,6 +74,43 @@ def test_every_renumbered_label_is_what_the_new_numbers_give() -> None:
             assert [len(n) for n in re.findall(r"\d+", expression)] == sizes
 
 
+def test_variants_per_row_makes_that_many_different_rows_from_each_source() -> None:
+    """8 sources, variants_per_row=3: 24 rows, three different questions from each source,
+    each with its own label (once, one row a source whatever the setting)."""
+    rows = arithmetic_rows(8)
+    gen = RenumberAugmenter({"select": "random", "rows_per_round": 100, "variants_per_row": 3})
+    new = gen.generate(dataset(rows)).to_list()
+    assert len(new) == 24 and gen.stats["kept"] == 24
+    by_source: dict[int, list[str]] = {}
+    for row in new:
+        by_source.setdefault(row["extra_info"]["augmented_from"]["index"], []).append(
+            question(row))
+        expression = question(row).removeprefix("What is ").rstrip("?")
+        assert int(row["reward_model"]["ground_truth"]) == eval(  # noqa: S307
+            expression, {"__builtins__": {}})
+    assert sorted(by_source) == list(range(8))
+    for index, questions in by_source.items():
+        assert len(set(questions)) == 3 and question(rows[index]) not in questions
+    capped = RenumberAugmenter({"select": "random", "rows_per_round": 10, "variants_per_row": 3})
+    assert len(capped.generate(dataset(rows))) == 10  # rows_per_round still caps the round
+
+
+class Once(Augmenter):
+    """A method with one possible variant a source: asked again, it makes the same row."""
+
+    method = "once"
+
+    def augment(self, row: dict[str, Any], context: Any) -> list[dict[str, Any]]:
+        return [{**row, "prompt": [{"role": "user", "content": question(row) + " Once."}]}]
+
+
+def test_a_method_with_fewer_variants_than_asked_gives_each_once() -> None:
+    gen = Once({"select": "random", "rows_per_round": 20, "variants_per_row": 4})
+    new = gen.generate(dataset(arithmetic_rows(3))).to_list()
+    assert sorted(question(r) for r in new) == sorted(
+        question(r) + " Once." for r in arithmetic_rows(3))
+
+
 def test_proposer_rows_are_renumbered_by_the_one_formula_their_label_fits() -> None:
     word = {"data_source": "dyngen-proposer", "ability": "math",
             "prompt": [{"role": "user", "content": "A box holds 24 pencils. How many pencils "

@@ -62,3 +62,42 @@ def test_an_unknown_sandbox_is_refused(sandbox: str) -> None:
 
     with pytest.raises(ConfigError, match="data.datagen.sandbox"):
         CodeInputsAugmenter({"sandbox": sandbox}).settings()
+
+
+def _code_row(index: int, program: str, shown: str) -> dict:
+    from dyngen.generators.code_tasks.tasks import deduction_prompt
+
+    return {"data_source": "code", "ability": "code",
+            "prompt": [{"role": "user", "content": deduction_prompt(program, "f", shown)}],
+            "reward_model": {"style": "rule", "ground_truth": "unused"},
+            "extra_info": {"index": index, "task": "deduction", "program": program,
+                           "function": "f", "input": shown, "output": "unused"}}
+
+
+def test_a_code_input_label_holds_under_every_hash_seed() -> None:
+    """`list(set(xs))` of words: its order is the hash seed's, so two seeds (0 and 1) agreeing
+    by chance once made a label most seeds contradict. Every label kept now holds under 20
+    hash seeds, and the seed-dependent inputs are refused as nondeterministic."""
+    words = '["apple", "banana", "cherry", "date", "elder", "fig"]'
+    unordered = "def f(xs):\n    return list(set(xs))"
+    ordered = "def f(xs):\n    return sorted(set(xs))"
+    rows = [_code_row(i, unordered, words) for i in range(6)] + [_code_row(6, ordered, words)]
+    # seed 3: with hash_seeds=2 (the old two runs) these draws keep a label seeds contradict
+    gen = CodeInputsAugmenter({"select": "random", "rows_per_round": 7, "seed": 3})
+    new = gen.generate(datasets.Dataset.from_list(rows)).to_list()
+    assert gen.stats["failed_runs"].get("nondeterministic", 0) > 0, gen.stats
+    assert any(r["extra_info"]["program"] == ordered for r in new)  # a sound label is kept
+    for row in new:
+        info = row["extra_info"]
+        argument = literal(info["input"])[1]
+        for seed in range(20):
+            again = run_python(info["program"], "f", argument, hash_seed=seed)
+            assert again.ok and same_value(again.value, row["reward_model"]["ground_truth"]), (
+                info["program"], info["input"], seed)
+
+
+def test_too_few_hash_seeds_are_refused() -> None:
+    from dyngen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="data.datagen.hash_seeds"):
+        CodeInputsAugmenter({"hash_seeds": 1}).settings()

@@ -86,7 +86,7 @@ def test_the_trl_callback_records_under_its_run(store: Store, tmp_path: Path,
     args = TrainingArguments(output_dir=str(tmp_path / "grpo-out"), report_to=[],
                              run_name="grpo-7")
     state = TrainerState()
-    callback = DyngenCallback(NAME, store.root)
+    callback = DyngenCallback(store.root, NAME)
     callback.on_train_begin(args, state, TrainerControl())
     run = json.loads((tmp_path / "grpo-out" / "dyngen-run.json").read_text())["run_id"]
     assert run.startswith("grpo-7-")  # TRL's run name, and a suffix this fresh run drew
@@ -94,7 +94,7 @@ def test_the_trl_callback_records_under_its_run(store: Store, tmp_path: Path,
         state.global_step = step
         callback.on_log(args, state, TrainerControl(), logs={"loss": 0.5})
     # Resumed from its step-1 checkpoint: the same run, step 2 logged again, then 3.
-    resumed = DyngenCallback(NAME, store.root)
+    resumed = DyngenCallback(store.root, NAME)
     state.global_step = 1
     resumed.on_train_begin(args, state, TrainerControl())
     assert resumed.run_id == run

@@ -89,7 +89,7 @@ def test_grpo_trainer_draws_the_rows_a_round_committed_between_steps(
                       save_strategy="no", seed=0)
     trainer = GRPOTrainer(model=smollm2(CACHE), reward_funcs=reward, args=args,
                           train_dataset=FollowingDataset(store.root, NAME, block_rows=1))
-    callback = DyngenCallback(NAME, store.root, trainer=trainer, mode="inline",
+    callback = DyngenCallback(store.root, NAME, trainer=trainer, mode="inline",
                               config=round_config(store))
     trainer.add_callback(callback)
     trainer.train()
@@ -133,7 +133,7 @@ def test_callback_emits_once_per_training_log_with_stable_ids(
     monkeypatch.setenv("DYNGEN_OUTBOX", str(tmp_path / "outbox"))
     store = Store(tmp_path / "store")
     store.create("trl-emit", verl_rows(2))
-    callback = DyngenCallback("trl-emit", store.root, every_n_steps=2, run_id="run-a")
+    callback = DyngenCallback(store.root, "trl-emit", every_n_steps=2, run_id="run-a")
     args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[])
     state, control = TrainerState(), TrainerControl()
     for step, logs in [(1, {"loss": 0.5, "reward": 0.1}), (2, {"loss": 0.4, "reward": 0.2}),
@@ -168,7 +168,7 @@ def test_the_batch_end_carries_the_reward_spread_of_the_steps_completions(
 
     store = Store(tmp_path / "store")
     store.create("trl-spread", verl_rows(2))
-    callback = DyngenCallback("trl-spread", store.root, trainer=CompletionLog(), run_id="r")
+    callback = DyngenCallback(store.root, "trl-spread", trainer=CompletionLog(), run_id="r")
     state = TrainerState()
     state.global_step = 1
     args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[])

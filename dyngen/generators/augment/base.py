@@ -3,9 +3,11 @@
 A subclass writes `augment(row, context) -> list[row]` (and, to prove its labels, `check`);
 the base does the rest each round:
   select    the source rows (select.py): `failed`, `band` or `random`;
-  augment   each source, deep-copied, handed to `augment` with its AugmentContext; raising
-            NotApplicable skips the row (counted by reason), raising BadRow quarantines it
-            (e.g. a template that does not parse), with the reason;
+  augment   each source, deep-copied, handed to `augment` with its AugmentContext, again
+            until it made `variants_per_row` variants with different questions (at most
+            VARIANT_TRIES calls a variant: its rng moves on, so each call draws anew);
+            raising NotApplicable skips the row (counted by reason), raising BadRow
+            quarantines it (e.g. a template that does not parse), with the reason;
   check     every variant must be a row with a question other than its source's and a
             label; then `check(source, variant, context)` proves its label, or says why not:
             such a variant is quarantined with that reason;
@@ -47,6 +49,7 @@ DEFAULTS: dict[str, Any] = {"select": "failed", "rows_per_round": 16, "variants_
                             "fit_schema": True}
 # Fields of a source's extra_info that describe the source, not what is made from it.
 NOT_INHERITED = ("solve_rate", "score")
+VARIANT_TRIES = 3  # calls of `augment` per variant wanted, before a source gives fewer
 Check = str | tuple[str, str] | None
 
 
@@ -98,13 +101,23 @@ class Augmenter(AbstractDataGenerator):
 
     def augment_batch(self, sources: list[dict[str, Any]], contexts: list[AugmentContext]
                       ) -> list[list[dict[str, Any]] | Exception]:
-        """`augment` of each source; a method asking a model overrides it to ask once."""
+        """`augment` of each source, called until it made `variants_per_row` variants with
+        different questions, or VARIANT_TRIES calls a variant made no more; a method asking
+        a model overrides it to ask once."""
         out: list[list[dict[str, Any]] | Exception] = []
         for row, ctx in zip(sources, contexts, strict=True):
+            wanted = int(ctx.settings["variants_per_row"])
+            made: list[dict[str, Any]] = []
             try:
-                out.append(list(self.augment(row, ctx)))
+                for _ in range(wanted * VARIANT_TRIES):
+                    made = _distinct([*made, *self.augment(copy.deepcopy(row), ctx)])
+                    if len(made) >= wanted:
+                        break
             except (NotApplicable, BadRow) as exc:
-                out.append(exc)
+                if not made:  # a later call that finds no new one keeps what was made
+                    out.append(exc)
+                    continue
+            out.append(made)
         return out
 
     def check_batch(self, pairs: list[tuple[dict[str, Any], dict[str, Any], AugmentContext]]
@@ -208,7 +221,7 @@ class Augmenter(AbstractDataGenerator):
                 continue
             if isinstance(result, Exception):
                 raise result
-            for variant in result[:int(cfg["variants_per_row"])]:
+            for variant in _distinct(result)[:int(cfg["variants_per_row"])]:
                 tally["made"] += 1
                 shaped = _shaped(variant, source)
                 if isinstance(shaped, tuple):
@@ -244,6 +257,22 @@ def _share(total: int, context: RoundContext | None) -> int:
     """This partition's share of `total` rows, rounded up."""
     parts = context.partitions if context is not None else 1
     return -(-total // parts)
+
+
+def _distinct(variants: Sequence[Any]) -> list[Any]:
+    """The variants, but the second and later asking one question (spaces aside); what is
+    not a row is left for the shape check to refuse."""
+    seen: set[str] = set()
+    out = []
+    for variant in variants:
+        prompt = variant.get("prompt") if isinstance(variant, Mapping) else None
+        question = " ".join(question_of(prompt).split()) if isinstance(prompt, (list, str)) \
+            else None
+        if question is None or question not in seen:
+            out.append(variant)
+            if question is not None:
+                seen.add(question)
+    return out
 
 
 def _plain(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,16 +3,19 @@
 A source is a code task (extra_info program, function, input, task: rows CodeTaskProposer
 and the seed tasks wrote). The new input is drawn like the old one, of its type and shape:
 numbers of as many digits, text of the same kind of characters, containers of about the
-same length whose items are drawn like their own. The program runs on it twice in the
-sandbox (two hash seeds, dyngen.sandbox.run_deterministic), as code tasks are labelled; an
-input that errs, times out, differs between the runs or gives back no literal is drawn again
+same length whose items are drawn like their own. The program runs on it in the sandbox
+once per hash seed, `hash_seeds` (8) of them (PYTHONHASHSEED 0, 1, ...;
+dyngen.sandbox.run_deterministic): a label that depends on set order (`list(set(xs))` of
+text) is one that another seed contradicts, and two seeds agree by chance too often (a
+two-item set: one time in two; eight: one in 128). An input that errs, times out, differs
+between the runs or gives back no literal is drawn again
 (up to `redraws` times; each failed run counted in `failed_runs` by reason), after which the
 row is skipped (`no_input_ran`). `check` refuses a variant whose prompt does not show its
 program, input and (abduction) output, or whose label is not the value the runs gave.
 
 Config (data.datagen): sandbox (bwrap; unisolated: without isolation, with a warning),
 timeout_seconds (5), memory_mb (512), max_value_chars (300), max_input_chars (300),
-redraws (3).
+redraws (3), hash_seeds (8: runs that must agree, at least 2).
 """
 
 from __future__ import annotations
@@ -51,17 +54,22 @@ MAX_DEPTH = 4
 
 
 class CodeInputsAugmenter(Augmenter):
-    """A code task on a new input; the label is what the program returns, run twice."""
+    """A code task on a new input; the label is what the program returns under every one
+    of `hash_seeds` hash seeds."""
 
     method = "code_inputs"
     defaults = {**DEFAULTS, "sandbox": "bwrap", "timeout_seconds": 5.0, "memory_mb": 512,
-                "max_value_chars": 300, "max_input_chars": 300, "redraws": 3}
+                "max_value_chars": 300, "max_input_chars": 300, "redraws": 3, "hash_seeds": 8}
 
     def check_settings(self, cfg: dict[str, Any]) -> dict[str, Any]:
         """A known sandbox, besides the base's checks."""
         if cfg["sandbox"] not in ISOLATIONS:
             raise ConfigError(f"data.datagen.sandbox: expected one of {', '.join(ISOLATIONS)}; "
                               f"found {cfg['sandbox']!r}. Use bwrap unless it cannot run here.")
+        seeds = cfg["hash_seeds"]
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or not 2 <= seeds <= 64:
+            raise ConfigError(f"data.datagen.hash_seeds: expected 2..64 runs (each its own "
+                              f"PYTHONHASHSEED) that must agree; found {seeds!r}.")
         return super().check_settings(cfg)
 
     def opened(self, cfg: dict[str, Any]) -> None:
@@ -73,7 +81,8 @@ class CodeInputsAugmenter(Augmenter):
         self._failed: Counter[str] = Counter()
 
     def augment(self, row: dict[str, Any], context: AugmentContext) -> list[dict[str, Any]]:
-        """The task on a new input, labelled by two runs in the sandbox."""
+        """The task on a new input, labelled by runs in the sandbox under `hash_seeds`
+        hash seeds that all agree."""
         info = row.get("extra_info") or {}
         program, function, shown = info.get("program"), info.get("function"), info.get("input")
         task = info.get("task") or DEDUCTION
@@ -93,7 +102,7 @@ class CodeInputsAugmenter(Augmenter):
             if new == value or len(new_shown) > int(cfg["max_input_chars"]):
                 continue
             result = run_deterministic(
-                program, function, new, isolation=str(cfg["sandbox"]),
+                program, function, new, runs=int(cfg["hash_seeds"]), isolation=str(cfg["sandbox"]),
                 timeout_seconds=float(cfg["timeout_seconds"]), memory_mb=int(cfg["memory_mb"]),
                 max_value_chars=int(cfg["max_value_chars"]))
             output, why = label_of(result, Candidate(program, function, new_shown, new))
