@@ -74,5 +74,8 @@ def test_the_demos_report_renders_in_a_browser_with_its_charts(
     assert "Is the data helping?" in dom
     assert all("<path" in svg for svg in charts.values())  # each chart drew something
     assert ">score<" in charts["metrics"] and ">level<" in charts["state"]
+    # The simulated trainer's groups (its rollouts files) became each row's record.
+    record = dom.split('<section id="difficulty">')[1].split("</section>")[0]
+    assert re.search(r"[1-9][0-9]* row\(s\) observed", record), record
     shot = screenshot(report.as_uri(), tmp_path / "s", "demo-report.png", size="1200,2600")
     assert shot.stat().st_size > 50_000  # a page of charts, not a blank one

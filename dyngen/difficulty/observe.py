@@ -2,9 +2,9 @@
 
 - **Observations.** The band's measurement of each row the round keeps (`extra_info.
   solve_rate`, at the policy step that measured it) and, for each batch end the round
-  covers, each prompt's group of completions (a rollout passes when its score is at least
-  `round.solve_rate.pass_threshold`), at that batch end's step, for prompts that are rows
-  of the dataset.
+  covers (and a trigger's own rollouts file), each prompt's group of completions (a
+  rollout passes when its score is at least `round.solve_rate.pass_threshold`), at that
+  batch end's step, for prompts that are rows of the dataset.
 - **Retirement.** A row whose observations within `retire_window_steps` of the newest step
   hold at least `retire_min_samples` completions, all right (or all wrong), is retired with
   that evidence: the trainer-side sampler no longer draws it. Its rows stay stored.
@@ -31,6 +31,7 @@ from dyngen.difficulty.record import (
     key_text,
     write_observations,
 )
+from dyngen.errors import DyngenError
 from dyngen.store.keys import prompt_key
 from dyngen.text import question_of
 
@@ -60,16 +61,31 @@ class DifficultySettings:
                    float(cfg.round.solve_rate.pass_threshold))
 
 
-def trainer_groups(batch_ends: Iterable[Any], threshold: float
+def rollouts_by_step(context: Any) -> list[tuple[int, Sequence[Any]]]:
+    """The rollouts the round sees, by training step: each covered batch end's, and the
+    trigger's own file when the trigger names no run (read as the generator reads it; a
+    file that cannot be read is left out with a warning)."""
+    out: list[tuple[int, Sequence[Any]]] = [(int(b.step), b.rollouts)
+                                            for b in context.batch_ends]
+    trig = context.trigger
+    if trig.rollouts is not None and trig.run is None and trig.step is not None:
+        try:
+            out.append((int(trig.step), context.rollouts_policy.read(trig.rollouts)))
+        except DyngenError as exc:
+            logger.warning("dyngen: the trigger's rollouts are not observed: %s", exc)
+    return out
+
+
+def trainer_groups(rollouts: Iterable[tuple[int, Sequence[Any]]], threshold: float
                    ) -> list[tuple[int, Any, int, int]]:
-    """(step, prompt, passed, samples) of each prompt's completions at each batch end."""
+    """(step, prompt, passed, samples) of each prompt's completions at each step."""
     out = []
-    for end in batch_ends:
+    for step, lines in rollouts:
         groups: dict[int, tuple[Any, list[float]]] = {}
-        for r in end.rollouts:
+        for r in lines:
             groups.setdefault(prompt_key(r.prompt), (r.prompt, []))[1].append(float(r.score))
         for prompt, scores in groups.values():
-            out.append((int(end.step), prompt, sum(s >= threshold for s in scores), len(scores)))
+            out.append((step, prompt, sum(s >= threshold for s in scores), len(scores)))
     return out
 
 
@@ -110,7 +126,7 @@ def round_difficulty(store: Any, settings: DifficultySettings, context: Any, par
         return None
     dataset, column = context.dataset, parent.prompt_key
     book = DifficultyBook.at(store, dataset, parent.version)
-    groups = trainer_groups(context.batch_ends, settings.pass_threshold)
+    groups = trainer_groups(rollouts_by_step(context), settings.pass_threshold)
     step = band_step if band_step is not None else (context.step or book.now)
     observations = band_observations(kept, column, int(step or 0))
     if groups:

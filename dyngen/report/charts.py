@@ -287,13 +287,14 @@ def _y_range(ax: Axes, values: Sequence[float]) -> None:
         return
     low, high = min(ys), max(ys)
     whole = all(y.is_integer() for y in ys)
-    if whole:
-        _whole(ax.yaxis)
-    if whole and low >= 0:
-        ax.set_ylim(0, high + max(0.5, 0.05 * high))
-    elif low >= 0 and high <= 1:
+    if low >= 0 and high <= 1:  # a share, or 0/1 (a constant 0 drawn on 0–1, not 0–0.5)
         ax.set_ylim(-0.05, 1.05)
+    elif whole and low >= 0:
+        _whole(ax.yaxis)
+        ax.set_ylim(0, high + max(0.5, 0.05 * high))
     else:
+        if whole:
+            _whole(ax.yaxis)
         span = max(high - low, MIN_SPAN_SHARE * max(abs(low), abs(high)))
         if span > high - low:  # near-constant: centred in a span of its size
             middle = (low + high) / 2

@@ -184,3 +184,23 @@ def test_the_report_shows_the_heads_difficulty_record(store: Store, tmp_path: Pa
     section = page.split('<section id="difficulty">')[1].split("</section>")[0]
     assert "3 row(s) observed; 1 retired as always right, 0 as never right" in section
     assert "newest step observed: 4" in section
+
+
+def test_a_triggers_own_rollouts_file_is_observed_at_its_step(store: Store,
+                                                              tmp_path: Path) -> None:
+    import json
+
+    path = tmp_path / "rollouts" / "step-5.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in group(5, 2, 6)))
+    parent = store.head("ds")
+    context = RoundContext("ds", parent.version + 1, parent.version,
+                           Trigger(step=5, rollouts=str(path)),
+                           rollouts_policy=RolloutsPolicy((str(path.parent),)))
+    entry = round_difficulty(store, SETTINGS, context, parent, [], None)
+    store.append("ds", verl_rows(1, start=500), lineage={LINEAGE_KEY: entry})
+    [e] = fresh_book(store).evidence[prompt_key(verl_row(2, "sums")["prompt"])]
+    assert (e.step, e.passed, e.samples) == (5, 6, 8)
+    # A file outside the allowed folders is not observed, and the round goes on.
+    outside = RoundContext("ds", 2, 1, Trigger(step=6, rollouts=str(path)))
+    assert round_difficulty(store, SETTINGS, outside, store.head("ds"), [], None) is None
