@@ -34,6 +34,7 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import verifiers.v1 as vf
 from pydantic import BaseModel
@@ -172,8 +173,8 @@ class DyngenTaskset(vf.Taskset[DyngenTask, DyngenTasksetConfig]):
         return Store(store_root_of(self.config.root or None))
 
     def check(self) -> int:
-        """The version read first, once every row of it has a ground truth (else a
-        ConfigError naming the row and the key to set); its data sources' rewards load."""
+        """The version read first, once some row of it has a ground truth (rows without
+        one are skipped, said once); its data sources' rewards load."""
         store, name = self.store, self.config.dataset
         version = store.head(name).version if self.config.version is None \
             else self.config.version
@@ -242,27 +243,38 @@ def task_data(row: Mapping[str, Any], version: int, index: int) -> DyngenTaskDat
                           id=f"{version}:{index}", dyngen_version=version, dyngen_row=index)
 
 
+_SAID: set[tuple[str, int]] = set()  # (dataset, version)s whose skipped rows were named
+
+
 def missing_truth(data: Any, dataset: str, version: int) -> None:
-    """A ConfigError naming the first row without a ground truth, if any."""
+    """Rows without a ground truth are skipped by every reader (the stream and one version's
+    taskset): say so once, naming the first and how many; a ConfigError only when no row
+    has one (nothing could be graded)."""
     if "reward_model" not in data.column_names:
         raise ConfigError(f"{dataset!r} v{version} has no reward_model column; expected "
                           f"{TRUTH_KEY} on every row (the task's answer). Set it on the rows.")
     column = data.with_format("arrow")["reward_model"]
+    missing, first = 0, -1
     for offset, chunk in enumerate_chunks(column):
-        truths = chunk.field("ground_truth") if chunk.type.get_field_index(
-            "ground_truth") >= 0 else None
-        if truths is None:
-            first = 0 if len(chunk) else -1
+        if chunk.type.get_field_index("ground_truth") < 0:
+            valid = pc.is_valid(pa.nulls(len(chunk)))
         else:  # rows without reward_model at all are null here too
-            valid = pc.and_kleene(chunk.is_valid(), truths.is_valid())
-            first = pc.index(valid, False).as_py()
-        if first >= 0:
-            i = first
-            raise ConfigError(
-                f"{dataset!r} v{version} row {offset + i} has no {TRUTH_KEY}; expected every "
-                f"row to carry its answer, which the reward grades against. Set "
-                f"{TRUTH_KEY} on that row (a round that writes it, or `dyngen import` of a "
-                "fixed file), then load the environment again.")
+            valid = pc.and_kleene(chunk.is_valid(), chunk.field("ground_truth").is_valid())
+        bad = len(chunk) - pc.sum(pc.cast(valid, "int64")).as_py() if len(chunk) else 0
+        if bad and first < 0:
+            first = offset + pc.index(valid, False).as_py()
+        missing += bad
+    if missing and missing == len(data):
+        raise ConfigError(
+            f"{dataset!r} v{version}: no row has a {TRUTH_KEY} (the answer the reward grades "
+            f"against; the first is row {first}). Set it on the rows (a round that writes it, "
+            "or `dyngen import` of a fixed file), then load the environment again.")
+    if missing and (dataset, version) not in _SAID:
+        _SAID.add((dataset, version))
+        logger.warning("dyngen: %r v%d: %d row(s) have no %s (the first: row %d); every "
+                       "reader skips them, the rest train. Set it on those rows (a round "
+                       "that writes it) to use them.", dataset, version, missing, TRUTH_KEY,
+                       first)
 
 
 def enumerate_chunks(column: Any) -> Iterator[tuple[int, Any]]:
@@ -291,8 +303,8 @@ def load_environment(root: str | os.PathLike[str] | None, dataset: str,
     one chat turn in a subprocess unless they say otherwise. `taskset_id` names a user's
     environment package exporting `DyngenTaskset` (what env servers in other processes
     import); by default this module, registered as `dyngen_verifiers` in this process.
-    Fails now when the version read first has a row without a ground truth, naming it,
-    or a data source nothing grades.
+    Fails now when the version read first has no row with a ground truth, or a data
+    source nothing grades; rows without one are skipped, said once (missing_truth).
     """
     path, name = (reward, "compute_score") if isinstance(reward, str) or reward is None \
         else reward

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from pathlib import Path
 
 import pytest
@@ -74,14 +75,29 @@ def test_one_version_read_as_it_was(store: Store) -> None:
         load_environment(store.root, NAME, version=0)
 
 
-def test_a_row_without_ground_truth_fails_at_load_naming_it(tmp_path: Path) -> None:
+def test_a_row_without_ground_truth_never_locks_the_dataset(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Whatever the store accepts, the environment loads: a row it cannot grade is skipped,
+    said once with the first such row and how many, in every reader; only a dataset with
+    no gradable row at all fails, saying what to set."""
+    caplog.set_level(logging.WARNING, logger="dyngen")
     store = Store(tmp_path / "store")
     store.create("bad", rows(0, 2) + [verl_row_with(2, "dyngen-arithmetic",
                                                       **{"reward_model.ground_truth": None})])
+    pinned = load_environment(store.root, "bad", version=0, follow=False)
+    assert [t.data.answer for t in pinned.taskset] == ["0", "2"]
+    assert "'bad' v0: 1 row(s) have no reward_model.ground_truth (the first: row 2)" \
+        in caplog.text
+    followed = load_environment(store.root, "bad")  # a restart loads it too
+    stream = iter(followed.taskset)
+    assert {next(stream).data.answer for _ in range(6)} == {"0", "2"}
+    store.create("none", [verl_row_with(i, "dyngen-arithmetic",
+                                        **{"reward_model.ground_truth": None})
+                          for i in range(2)])
     with pytest.raises(ConfigError) as err:
-        load_environment(store.root, "bad")
-    assert "'bad' v0 row 2 has no reward_model.ground_truth" in str(err.value)
-    assert "Set reward_model.ground_truth on that row" in str(err.value)
+        load_environment(store.root, "none")
+    assert "'none' v0: no row has a reward_model.ground_truth" in str(err.value)
+    assert "Set it on the rows" in str(err.value)
 
 
 def test_a_data_source_nothing_grades_fails_at_load(tmp_path: Path) -> None:
