@@ -28,10 +28,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -290,6 +292,25 @@ class DyngenHarness(NullHarness):
     harness); pin another with `[env.agent.harness] id = ...`."""
 
 
+def uv_on_path() -> None:
+    """verifiers' subprocess runtime runs its chat program through `uv`, and without one on
+    PATH tries to download it (no network: every rollout then fails and scores 0, and
+    `vf eval` still exits 0). Use the one installed beside this Python (dyngen[verifiers]
+    brings it) when PATH has none; with neither, a ConfigError saying what to install."""
+    if shutil.which("uv"):
+        return
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        os.environ["PATH"] = os.pathsep.join([str(beside.parent), os.environ.get("PATH", "")])
+        logger.info("dyngen: using %s for verifiers' harness (no uv on PATH)", beside)
+        return
+    raise ConfigError(
+        "verifiers' subprocess runtime runs the chat program through `uv`: expected it on PATH "
+        f"or beside this Python ({beside.parent}), found neither. Install it (pip install "
+        "'dyngen[verifiers]' brings it, or pip install uv); without it every rollout fails "
+        "and scores 0.")
+
+
 def load_environment(root: str | os.PathLike[str] | None, dataset: str,
                      version: int | None = None, follow: bool = True,
                      reward: str | tuple[str, str] | None = None,
@@ -317,6 +338,8 @@ def load_environment(root: str | os.PathLike[str] | None, dataset: str,
                "task": {"reward": None if path is None else {"path": path, "name": name}},
                **{k: env_kwargs.pop(k) for k in TASKSET_KEYS if k in env_kwargs}}
     agent = {"runtime": {"type": "subprocess"}, **dict(env_kwargs.pop("agent", {}) or {})}
+    if (agent.get("runtime") or {}).get("type") == "subprocess":
+        uv_on_path()
     config = vf.SingleAgentEnvConfig.model_validate(
         {**env_kwargs, "taskset": taskset, "agent": agent})
     env = vf.SingleAgentEnv(config)

@@ -153,3 +153,24 @@ def test_a_users_environment_module_loads_through_verifiers_own_loader(
     assert type(env.taskset) is DyngenTaskset and type(env.taskset).INFINITE
     assert config.agent_harnesses()["agent"].id == "my_dyngen_env"  # DyngenHarness
     assert next(iter(env.taskset)).data.data_source == "dyngen-arithmetic"
+
+
+def test_a_missing_uv_fails_loudly_or_the_one_beside_python_is_used(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verifiers' subprocess runtime needs `uv` (without it every rollout scores 0 and
+    `vf eval` still exits 0): PATH without one takes the venv's; with none, load fails."""
+    import os
+    import sys
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    load_environment(store.root, NAME)  # uv beside this Python (dyngen[verifiers] has it)
+    assert os.environ["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(sys, "executable", str(empty / "python"))
+    with pytest.raises(ConfigError, match="runs the chat program through `uv`: expected it on "
+                                          "PATH or beside this Python"):
+        load_environment(store.root, NAME)
+    # A runtime of the user's own (docker, Prime's sandbox) is not this machine's concern.
+    load_environment(store.root, NAME, agent={"runtime": {"type": "docker"}})
