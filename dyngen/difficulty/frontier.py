@@ -113,7 +113,9 @@ class FrontierPlan:
         return out
 
     def take(self, count: int, rows: int) -> list[int]:
-        """The next `count` row indices (of a version with `rows` rows)."""
+        """The next `count` row indices (of a version with `rows` rows; none of none)."""
+        if rows <= 0 or count <= 0:
+            return []
         weights = self.weights[:rows].copy()
         rng = np.random.default_rng([self.seed, self.block])
         self.block += 1

@@ -130,3 +130,11 @@ def test_following_dataset_takes_the_sampler_by_name(store: Store) -> None:
     baseline = FollowingDataset(store.root, "ds", block_rows=4)
     assert {row["extra_info"]["index"] for _, row in zip(range(40), baseline, strict=False)} \
         >= {5, 6, 7, 8, 9}  # today's order draws every row
+
+
+def test_a_version_without_rows_gives_no_rows_and_does_not_hang(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s")
+    store.create("ds", verl_rows(2))
+    plan = plan_for(store, FrontierSampler())
+    assert plan.take(4, 0) == [] and plan.take(0, 2) == []
+    assert sorted(plan.take(4, 2)) == [0, 0, 1, 1]  # two rows, four draws: each twice
