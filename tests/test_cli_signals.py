@@ -12,6 +12,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +56,16 @@ def wait_for_output(proc: subprocess.Popen[str], needle: str, timeout: float = 1
                     return "".join(seen)
     proc.kill()
     raise AssertionError(f"never printed {needle!r}:\n{''.join(seen)}")
+
+
+def drained(proc: subprocess.Popen[str]) -> list[str]:
+    """The command's further output, read on a thread as it comes: a pipe nobody reads
+    fills (64 KiB) and blocks every process writing to it, a round's included."""
+    lines: list[str] = []
+    assert proc.stdout is not None
+    threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                     daemon=True).start()
+    return lines
 
 
 def session_processes(sid: int) -> list[psutil.Process]:
@@ -144,10 +155,12 @@ def test_one_ctrl_c_stops_serve_with_a_round_in_flight(api_url: str, tmp_path: P
                   *(f"+data.datagen.{k}={v}" for k, v in marks.items())],
                  {"PREFECT_API_URL": api_url})
     wait_for_output(proc, "serving" if isolation == "fork" else "being served")
+    output = drained(proc)
     assert emit_batch_end("ds", step=1, api_url=api_url) is not None
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while not marks["started"].exists():
-        assert time.monotonic() < deadline and proc.poll() is None, "the round never started"
+        assert time.monotonic() < deadline and proc.poll() is None, \
+            "the round never started; serve's output:\n" + "".join(output[-60:])
         time.sleep(0.2)
     took = interrupt_and_wait(proc)
     print(f"serve --isolation {isolation}, a round in flight: stopped {took:.2f} s after SIGINT")
