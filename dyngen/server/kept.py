@@ -38,8 +38,8 @@ from typing import Any
 
 import httpx
 
-from dyngen.errors import ConfigError
 from dyngen.locations import user_cache
+from dyngen.server.processes import seconds_setting
 
 IDLE_ENV = "DYNGEN_SERVER_IDLE_TIMEOUT"
 IDLE_SECONDS = 600.0
@@ -50,18 +50,10 @@ _leases: dict[str, int] = {}  # key → the descriptor holding this process's sh
 def idle_timeout() -> float:
     """Seconds a kept server stays up unused: $DYNGEN_SERVER_IDLE_TIMEOUT, else 600 (0: none
     is kept; the server stops with the command that started it)."""
-    raw = os.environ.get(IDLE_ENV, "").strip()
-    if not raw:
-        return IDLE_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise ConfigError(f"{IDLE_ENV}: expected a number of seconds >= 0 (0: stop the "
-                          f"temporary Prefect server with the command), found {raw!r}. Unset "
-                          f"it for the default {IDLE_SECONDS:.0f} s.")
-    return value
+    return seconds_setting(
+        IDLE_ENV, IDLE_SECONDS, zero_ok=True,
+        expected="a number of seconds >= 0 (0: stop the temporary Prefect server with the "
+                 "command)", advice=f"Unset it for the default {IDLE_SECONDS:.0f} s.")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from dyngen.errors import ConfigError
+
 
 def free_port() -> int:
     """An unused TCP port on the loopback interface."""
@@ -110,3 +112,20 @@ class OwnedProcess:
         except BaseException:
             self.stop()
             raise
+
+
+def seconds_setting(name: str, default: float, *, zero_ok: bool, expected: str,
+                    advice: str) -> float:
+    """A number of seconds from the environment variable `name` (unset or empty: `default`);
+    a ConfigError saying `expected`, what was found and `advice` for anything else, or 0
+    unless `zero_ok`."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"{name}: expected {expected}, found {raw!r}. {advice}")
+    return value

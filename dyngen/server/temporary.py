@@ -20,9 +20,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from dyngen.errors import ConfigError, PrefectServerError
+from dyngen.errors import PrefectServerError
 from dyngen.server.database import default_database, sqlite_note
-from dyngen.server.processes import free_port, spawn, stop, wait_healthy
+from dyngen.server.processes import (
+    free_port,
+    seconds_setting,
+    spawn,
+    stop,
+    wait_healthy,
+)
 
 if TYPE_CHECKING:
     from dyngen.server.postgres import LocalPostgres
@@ -212,18 +218,10 @@ def _temporary_postgres(settings: Any) -> LocalPostgres | None:
 
 def temporary_server_timeout() -> float:
     """Seconds to wait for a temporary Prefect server: $DYNGEN_SERVER_START_TIMEOUT or 300."""
-    raw = os.environ.get(TEMPORARY_SERVER_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return TEMPORARY_SERVER_TIMEOUT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise ConfigError(f"{TEMPORARY_SERVER_TIMEOUT_ENV}: expected a number of seconds > 0, "
-                          f"found {raw!r}. Unset it to wait the default "
-                          f"{TEMPORARY_SERVER_TIMEOUT_SECONDS:.0f} s.")
-    return value
+    return seconds_setting(
+        TEMPORARY_SERVER_TIMEOUT_ENV, TEMPORARY_SERVER_TIMEOUT_SECONDS, zero_ok=False,
+        expected="a number of seconds > 0",
+        advice=f"Unset it to wait the default {TEMPORARY_SERVER_TIMEOUT_SECONDS:.0f} s.")
 
 
 def _sqlite_file(url: str) -> Path | None:
