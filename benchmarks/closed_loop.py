@@ -48,7 +48,7 @@ TASKS = Path(__file__).with_name("closed_loop_tasks.py")
 sys.path.insert(0, str(TASKS.parent))
 
 import closed_loop_tasks as family  # noqa: E402
-from closed_loop_arms import ScreenedPool, recording_callback, summary  # noqa: E402
+from closed_loop_arms import ScreenedPool, summary  # noqa: E402
 from closed_loop_report import print_results  # noqa: E402
 
 ARMS = ("static", "dynamic", "dyngen", "frontier")
@@ -276,14 +276,17 @@ def round_config(root: Path, out: Path, sizes: Sizes) -> dict[str, Any]:
 def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit", frontier: bool = False) -> Arm:
     """The dyngen arm; `mode` emit: rounds served by `dyngen serve` (already running,
     see served_rounds), inline: in this process. `frontier`: the trainer draws with the
-    frontier sampler, and records every step's batch end (a round is still asked for
-    every `round_every` steps), so each trained group becomes an observation."""
+    frontier sampler, and records every step's batch end (DyngenCallback's
+    record_every_step; a round is still asked for every `round_every` steps), so each
+    trained group becomes an observation. Each batch end states the rows the trainer
+    draws before its next round, and a round short of them asks the generator again."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
     from dyngen.difficulty.frontier import FrontierSampler
+    from dyngen.round.top_up import ROWS_WANTED
     from dyngen.store import Store
-    from dyngen.trainers.trl import FollowingDataset
+    from dyngen.trainers.trl import DyngenCallback, FollowingDataset
 
     arm_name = "frontier" if frontier else "dyngen"
     arm, started = Arm(arm_name, load=(os.getloadavg()[0], 0.0)), time.perf_counter()
@@ -300,18 +303,21 @@ def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit", frontier: bool = Fa
                               sampler=FrontierSampler(group=sizes.generations) if frontier
                               else "fresh_first"),
                           callbacks=[recorder.callback()])
-    callback = recording_callback(every_step=frontier)(
-        dataset=name, store_root=store.root, trainer=trainer, mode=mode,
-        every_n_steps=sizes.round_every, config=round_config(root, out, sizes))
+    callback = DyngenCallback(store.root, name, trainer=trainer, mode=mode,
+                              every_n_steps=sizes.round_every, record_every_step=frontier,
+                              config=round_config(root, out, sizes))
     trainer.add_callback(callback)
     # The first round, before step 1, measures checkpoint-0 (the base model).
-    first = callback.source.on_batch_end(step=0, metrics={}, event_id=str(uuid.uuid4()))
+    first = callback.source.on_batch_end(
+        step=0, metrics={ROWS_WANTED: sizes.prompts * sizes.round_every},
+        event_id=str(uuid.uuid4()))
     wait_for_versions(store, name, [first] if mode == "emit" else [])
     trainer.train()
     arm.steps = step_rows(recorder, sizes)
     arm.accuracy_end = accuracy(out / f"checkpoint-{sizes.steps}", sizes)
     arm.seconds = time.perf_counter() - started
-    wait_for_versions(store, name, list(callback.results.values()) if mode == "emit" else [])
+    asked = [r for r in callback.results.values() if isinstance(r, str)]  # not recorded-only
+    wait_for_versions(store, name, asked if mode == "emit" else [])
     arm.versions = versions_of(store, name)
     from dyngen.difficulty.record import DifficultyBook
 

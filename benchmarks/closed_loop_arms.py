@@ -82,34 +82,6 @@ class ScreenedPool(datasets.IterableDataset):
         return len(scores) > 1
 
 
-def recording_callback(every_step: bool) -> Any:
-    """DyngenCallback; `every_step`: a subclass that also writes the batch end of each step
-    it asks no round for into the dataset's inbox (with its completions as rollouts), so
-    the next round covers it and the trainer's every group becomes an observation."""
-    from dyngen.trainers import trl as dyngen_trl
-    from dyngen.trainers.rollouts import rollout_record
-    from dyngen.trainers.spread import finite
-
-    if not every_step:
-        return dyngen_trl.DyngenCallback
-
-    class RecordsEveryStep(dyngen_trl.DyngenCallback):
-        def on_log(self, args: Any, state: Any, control: Any,
-                   logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-            step = int(state.global_step)
-            if (not state.is_world_process_zero or not step % self.every_n_steps
-                    or not dyngen_trl._is_step_log(logs) or self.run_id is None):
-                return super().on_log(args, state, control, logs=logs, **kwargs)
-            records = [r for r in (rollout_record(p, s) for p, s in
-                                   dyngen_trl._scored_completions(self.trainer)) if r]
-            metrics = {k: float(v) for k, v in (logs or {}).items() if finite(v)}
-            self.source.store.write_batch_end(self.dataset, self.run_id, step, metrics,
-                                              records or None)
-            return None
-
-    return RecordsEveryStep
-
-
 def effective(step: dict[str, Any]) -> float:
     return 1.0 - step["zero_spread"]
 

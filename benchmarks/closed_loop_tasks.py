@@ -85,7 +85,7 @@ class ClosedLoopCandidates(AbstractDataGenerator):
 
     def generate(self, dataset: Any, context: Any = None) -> list[dict[str, Any]]:
         cfg = self.settings()
-        round_no = context.round if context is not None else 0
+        round_no = context.round_seed if context is not None else 0
         start = len(getattr(dataset, "dataframe", dataset))
         return tasks(f"{cfg['seed']}-round-{round_no}", int(cfg["candidates"]),
                      int(cfg["eval_size"]), start=start)

@@ -189,6 +189,7 @@ def check_ranges(cfg: DictConfig) -> None:
                 )
     check_solve_rate(cfg.round.solve_rate)
     check_difficulty(cfg.round.difficulty)
+    check_top_up(cfg.round.top_up)
     near = cfg.round.near_duplicate
     if near.num_perm % near.bands:
         raise ConfigError(
@@ -258,6 +259,19 @@ def check_difficulty(d: DictConfig) -> None:
         if not ok(d[name]):
             raise ConfigError(f"{key}.{name}: expected {expected}, found {describe(d[name])}. "
                               f"Set it, e.g. {key}.{example}.")
+
+
+def check_top_up(t: DictConfig) -> None:
+    """round.top_up: a minimum of rows >= 0 (or null), at least one generator call."""
+    key = "round.top_up"
+    if t.min_rows is not None and t.min_rows < 0:
+        raise ConfigError(f"{key}.min_rows: expected an integer >= 0 or null (what the "
+                          f"trainer states), found {describe(t.min_rows)}. Set it, e.g. "
+                          f"{key}.min_rows=8.")
+    if t.max_attempts < 1:
+        raise ConfigError(f"{key}.max_attempts: expected an integer >= 1 (generator calls "
+                          f"in all; 1 never asks again), found {describe(t.max_attempts)}. "
+                          f"Set it, e.g. {key}.max_attempts=3.")
 
 
 def check_sequential(seq: DictConfig, key: str) -> None:

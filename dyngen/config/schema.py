@@ -174,6 +174,19 @@ class DifficultyConfig:
 
 
 @dataclass
+class TopUpConfig:
+    """When a round keeps fewer rows than the trainer will draw before the next round, it
+    asks the generator again (context.attempt 1, 2, ...) and runs the filters over every
+    row it has, grading none twice."""
+
+    # Rows a round keeps at least; null: what the trainer states in its batch end's
+    # `dyngen/rows_wanted` metric (DyngenCallback states prompts per step x steps per
+    # round), else no minimum.
+    min_rows: int | None = None
+    max_attempts: int = 3  # generator calls in all, the first included: the budget
+
+
+@dataclass
 class RoundConfig:
     """How a generation round runs: retries, timeout, dedup, near- and semantic duplicates,
     user filters, partitions and compaction."""
@@ -200,6 +213,7 @@ class RoundConfig:
     max_rollouts_bytes: int = 64 * 1024 * 1024
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
+    top_up: TopUpConfig = field(default_factory=TopUpConfig)
 
 
 @dataclass

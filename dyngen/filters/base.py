@@ -62,6 +62,15 @@ class RowFilter(ABC):
         what that cost), once the chain has run; None for nothing."""
         return None
 
+    def memo(self) -> Any:
+        """What this filter learned of the round's rows that it need not learn again when
+        the round asks the generator for more (round.top_up) and runs the chain over every
+        row it has so far; None: nothing (most filters are cheap to run again)."""
+        return None
+
+    def recall(self, memo: Any) -> None:  # noqa: B027  (most filters keep nothing)
+        """Take back what `memo()` returned in this round's earlier pass."""
+
     def finish(self, kept: RowBatch) -> RowBatch:
         """What the round stores of the rows every filter kept (the schema filter conforms
         them to the dataset's schema); most filters leave them as they are."""
@@ -91,6 +100,8 @@ class FilterOutcome:
     by_filter: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per filter's lineage_key: what the filter's `lineage()` recorded.
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Per filter's lineage_key: what its `memo()` kept for a later pass of the same round.
+    memos: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rejected_by_reason(self) -> dict[str, int]:

@@ -109,6 +109,8 @@ def filter_rows(rows: Sequence[Any], filters: list[RowFilter]) -> FilterOutcome:
     outcome.rejected = RowBatch(outcome.rejected)
     outcome.records = {flt.lineage_key: record for flt in filters
                        if flt.lineage_key and (record := flt.lineage()) is not None}
+    outcome.memos = {flt.lineage_key: memo for flt in filters
+                     if flt.lineage_key and (memo := flt.memo()) is not None}
     return outcome
 
 

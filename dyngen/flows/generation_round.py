@@ -6,9 +6,11 @@ version: a retried or re-delivered round lands once. The round covers every batc
 dataset's inbox holds that the head it loaded does not (dyngen.round.inbox): it ends at
 once if a version covers its trigger's own (or, a catch-up round, if nothing is pending),
 and commits nothing if another round covers them first. The filter
-stage runs the whole chain, the expensive solve-rate filter last. After its version is
-committed and published, the round compacts the head's small shards if the store's policy
-asks (`round.compaction`); that never fails a committed round.
+stage runs the whole chain, the expensive solve-rate filter last. A round that keeps fewer
+rows than the trainer will draw before the next round asks its generator again, within
+`round.top_up`'s budget, and filters every row so far together (dyngen.round.top_up).
+After its version is committed and published, the round compacts the head's small shards
+if the store's policy asks (`round.compaction`); that never fails a committed round.
 
 In Prefect's graph each stage is fed by the one before it, and by nothing else: the other
 values a stage takes are passed `quote`d (not tracked) and the previous stage's result
@@ -37,6 +39,7 @@ from dyngen.round.lineage import log_line
 from dyngen.round.redaction import redacting_flow
 from dyngen.round.run_names import waiting_run_name
 from dyngen.round.stages import stage, timed
+from dyngen.round.top_up import TopUp
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import store_settings
 from dyngen.tasks.compact import compact_head
@@ -70,14 +73,16 @@ def generation_round(
                 data, parent, batch_ends = load_dataset(where, dataset, rnd.rollouts)
             if (done := rnd.nothing_to_do(parent, batch_ends)) is not None:
                 return _nothing_new(done, rnd.store)
-            context = rnd.context(parent, batch_ends)
-            with timed(timings, "generate"):
-                rows, generator, fanned_out = generate_all(cfg, data, context)
-            with timed(timings, "filter"):  # every filter of the chain, the solve rate last
-                outcome = filter_generated(cfg, quote(parent), opaque(rows), quote(context))
-            lineage = rnd.lineage(context, generator, len(rows), outcome, fanned_out)
+            asked = TopUp.of(cfg, rnd.context(parent, batch_ends))  # again while short
+            while (context := asked.next_context()) is not None:
+                with timed(timings, "generate"):
+                    rows = asked.add(*generate_all(cfg, data, context))
+                with timed(timings, "filter"):  # every filter of the chain, the solve rate last
+                    outcome = asked.filtered(filter_generated(
+                        cfg, quote(parent), opaque(rows), quote(context), quote(asked.outcome)))
+            lineage = rnd.lineage(asked)
             with stage("concat"):
-                pending = concat_rows(where, quote(context), opaque(outcome), generator["name"],
+                pending = concat_rows(where, quote(asked.context), opaque(outcome), asked.name,
                                       quote(lineage), index_params(cfg), vector_params(cfg))
             with stage("version"):  # or the version that covered its batch ends meanwhile
                 record, created = commit_version(where, opaque(pending))

@@ -86,7 +86,7 @@ class ArithmeticCurriculum(AbstractDataGenerator):
             level += 1 if score > cfg["target_score"] else -1
         level = max(1, min(max(LEVELS), level))
         self.state = {"level": level, "score": score}
-        round_no = context.round if context is not None else 0
+        round_no = context.round_seed if context is not None else 0
         rng = random.Random(f"{cfg['seed']}-{round_no}")
         start = len(getattr(dataset, "dataframe", dataset))
         n = cfg["tasks_per_round"]

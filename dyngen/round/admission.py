@@ -25,7 +25,6 @@ from dyngen.config.preflight import check_before_start
 from dyngen.config.secrets import refuse_secrets
 from dyngen.difficulty.observe import DifficultySettings, round_difficulty
 from dyngen.difficulty.record import LINEAGE_KEY
-from dyngen.filters.base import FilterOutcome
 from dyngen.round import committed_for, round_inputs
 from dyngen.round.context import RoundBatchEnd, RoundContext, Trigger
 from dyngen.round.inbox import covers_text
@@ -34,6 +33,7 @@ from dyngen.round.redaction import deployment_run
 from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.round.run_names import name_run, tag_run
 from dyngen.round.stages import stage
+from dyngen.round.top_up import TopUp
 from dyngen.rows import RowBatch
 from dyngen.store import Store, VersionRecord
 from dyngen.store.location import StoreSpec, store_settings
@@ -107,14 +107,19 @@ class Admitted:
         name_run(self.dataset, context.round)
         return context
 
-    def lineage(self, context: RoundContext, generator: dict[str, Any], generated: int,
-                outcome: FilterOutcome, partitions: dict[str, Any] | None) -> dict[str, Any]:
+    def lineage(self, asked: TopUp) -> dict[str, Any]:
         """What the version record keeps of this round (its filters' records included), and
         what it observed of its rows' difficulty (written into the store now, before the
         commit names it: dyngen.difficulty)."""
-        out = round_lineage(context, generator, generated, outcome, self.timings,
+        context, outcome = asked.context, asked.outcome
+        assert outcome is not None  # the round filtered its rows before it records them
+        out = round_lineage(context, asked.generator, len(asked.rows), outcome, self.timings,
                             run_id=flow_run.id, run_name=flow_run.name,
-                            partitions=partitions).to_dict()
+                            partitions=asked.fanned_out).to_dict()
+        if (top_up := asked.lineage()) is not None:
+            out["top_up"] = top_up
+        if (short := asked.message()) is not None:
+            get_run_logger().warning(short)
         kept = outcome.kept
         difficulty = round_difficulty(
             self.store, DifficultySettings.from_config(self.cfg), context,

@@ -212,6 +212,15 @@ class RoundContext:
     # covered at the head it loaded, oldest written first. Empty for a round with none
     # pending (then the trigger alone says what the round is about).
     batch_ends: tuple[RoundBatchEnd, ...] = ()
+    # Which time this round asks the generator: 0, then 1, 2, ... when the round kept fewer
+    # rows than the trainer will draw and asks again (round.top_up).
+    attempt: int = 0
+
+    @property
+    def round_seed(self) -> int | str:
+        """What a generator seeds its draws by: the round, and the attempt when the round
+        asks again (the same rows twice would be rejected as duplicates)."""
+        return self.round if self.attempt == 0 else f"{self.round}+{self.attempt}"
 
     @property
     def newest(self) -> RoundBatchEnd | None:

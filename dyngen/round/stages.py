@@ -22,10 +22,11 @@ def stage(name: str) -> Iterator[None]:
 
 @contextmanager
 def timed(timings: dict[str, float], name: str) -> Iterator[None]:
-    """The stage `name`, its seconds recorded as `timings[name]`."""
+    """The stage `name`, its seconds added to `timings[name]` (a stage the round runs again,
+    asking the generator for more or after losing its commit, counts every time)."""
     start = time.perf_counter()
     try:
         with stage(name):
             yield
     finally:
-        timings[name] = round(time.perf_counter() - start, 3)
+        timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - start, 3)

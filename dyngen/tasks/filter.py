@@ -19,12 +19,18 @@ from dyngen.tasks.solve_rate import share_grader
 
 @task(name="filter", cache_policy=NO_CACHE)
 def filter_generated(cfg: DictConfig, parent: VersionRecord, rows: list[Any],
-                     context: RoundContext) -> FilterOutcome:
+                     context: RoundContext, earlier: FilterOutcome | None = None
+                     ) -> FilterOutcome:
     """Rows kept and rows quarantined with their reasons, against the parent version; the
-    solve-rate filter's rows are graded by the round's partitions."""
+    solve-rate filter's rows are graded by the round's partitions. `earlier`: this round's
+    outcome before it asked the generator again; what its filters learned is not paid
+    for twice (RowFilter.memo)."""
     store = Store.from_config(cfg.store)
     filters = build_filters(cfg, store, parent.dataset, parent, rows,
                             grader=share_grader(cfg, context))
+    for flt in filters if earlier is not None else ():
+        if flt.lineage_key in earlier.memos:
+            flt.recall(earlier.memos[flt.lineage_key])
     outcome = filter_rows(rows, filters)
     rejected = outcome.rejected_by_reason
     get_run_logger().info("filter: %d rows in, %d kept, %d rejected %s", len(rows),

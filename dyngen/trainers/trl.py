@@ -39,8 +39,10 @@ from transformers import TrainerCallback
 from dyngen.difficulty.frontier import FrontierSampler, sampler_of
 from dyngen.errors import ConfigError
 from dyngen.locations import store_root as store_root_of
+from dyngen.round.top_up import ROWS_WANTED
 from dyngen.store import Store
 from dyngen.trainers.dataset import DyngenDataset, Mode
+from dyngen.trainers.inbox_write import record_batch_end
 from dyngen.trainers.rollouts import (
     PromptIndex,
     event_id_for,
@@ -63,12 +65,20 @@ class DyngenCallback(TrainerCallback):
     `DyngenCallback(store_root, dataset)`, as `DyngenDataset` and `FollowingDataset`
     (`store_root` None: $DYNGEN_STORE_ROOT, else `dyngen_store`). The old order,
     `DyngenCallback(dataset[, store_root])`, still works with a FutureWarning; see
-    `_store_and_dataset` for how it is told apart."""
+    `_store_and_dataset` for how it is told apart.
+
+    `every_n_steps`: a round every N steps. `record_every_step`: the steps between also go
+    into the dataset's inbox (no round asked for), so the next round covers them and every
+    trained group becomes a difficulty observation (what the frontier sampler draws by).
+    Each batch end states `dyngen/rows_wanted`, the rows the trainer draws before its next
+    round (`rows_per_round`, else prompts per step times N): a round that keeps fewer asks
+    its generator again (round.top_up)."""
 
     def __init__(self, store_root: str | os.PathLike[str] | None = None,
                  dataset: str | None = None, *, trainer: Any = None, every_n_steps: int = 1,
                  run_id: str | None = None, mode: Mode = "emit",
-                 config: Mapping[str, Any] | None = None) -> None:
+                 config: Mapping[str, Any] | None = None, record_every_step: bool = False,
+                 rows_per_round: int | None = None) -> None:
         store_root, dataset = _store_and_dataset(store_root, dataset)
         if not isinstance(dataset, str):
             raise ConfigError(f"DyngenCallback: expected a dataset name, found {dataset!r}. "
@@ -78,11 +88,17 @@ class DyngenCallback(TrainerCallback):
             raise ConfigError(f"every_n_steps: expected an integer >= 1, found "
                               f"{every_n_steps!r}. Set logging_steps=1 and every_n_steps=1 "
                               "for a round after every step.")
+        if rows_per_round is not None and (isinstance(rows_per_round, bool) or not isinstance(
+                rows_per_round, int) or rows_per_round < 0):
+            raise ConfigError(f"rows_per_round: expected an integer >= 0 (rows the trainer "
+                              f"draws between rounds) or None (worked out from the trainer's "
+                              f"arguments), found {rows_per_round!r}.")
         self.source = DyngenDataset(store_root_of(store_root), dataset, mode=mode, config=config)
         self.dataset = dataset
         self.trainer = trainer
         self.every_n_steps = every_n_steps
         self.run_id = run_id
+        self.record_every_step, self.rows_per_round = bool(record_every_step), rows_per_round
         self.results: dict[int, Any] = {}  # step -> event id or inline round summary
         self._prompts = PromptIndex(self.source.store, dataset)
 
@@ -98,12 +114,15 @@ class DyngenCallback(TrainerCallback):
         if not state.is_world_process_zero or not _is_step_log(logs):
             return
         step = int(state.global_step)
-        if step % self.every_n_steps or step in self.results:
+        asks = step % self.every_n_steps == 0
+        if (not asks and not self.record_every_step) or step in self.results:
             return
         if self.run_id is None:  # on_log without on_train_begin (a caller of its own)
             self.run_id = _run_id(Path(args.output_dir), step, None)
         run = self.run_id
         metrics = {k: float(v) for k, v in (logs or {}).items() if finite(v)}
+        if (wanted := self._rows_wanted(args)) is not None:
+            metrics[ROWS_WANTED] = float(wanted)
         rollouts = None
         try:
             scored = _scored_completions(self.trainer)
@@ -112,9 +131,28 @@ class DyngenCallback(TrainerCallback):
         except Exception as exc:  # bookkeeping must never stop training
             logger.warning("dyngen: step %d's completions not read or written (%s: %s); the "
                            "round is asked for without them", step, type(exc).__name__, exc)
+        if not asks:  # recorded for the next round to cover; no round asked for
+            self.results[step] = record_batch_end(self.source.store, self.dataset, run, step,
+                                                  metrics, rollouts, event_id_for(run, step))
+            return
         self.results[step] = self.source.on_batch_end(
             step=step, metrics=metrics, rollouts=rollouts, event_id=event_id_for(run, step),
             run=run)
+
+    def _rows_wanted(self, args: Any) -> int | None:
+        """Rows the trainer draws before its next round: `rows_per_round`, else prompts per
+        step (GRPO: completions per step / num_generations) times `every_n_steps`."""
+        if self.rows_per_round is not None:
+            return self.rows_per_round
+        try:
+            rows = (int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
+                    * int(getattr(args, "world_size", 1) or 1))
+        except (AttributeError, TypeError, ValueError):
+            return None
+        generations = getattr(args, "num_generations", None)
+        if isinstance(generations, int) and generations > 0:
+            rows = max(1, rows // generations)
+        return rows * self.every_n_steps
 
     def _write_rollouts(self, run: str, step: int,
                         scored: list[tuple[Any, float | None]]) -> str | None:

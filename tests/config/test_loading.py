@@ -64,6 +64,7 @@ def test_defaults_match_documented_values(monkeypatch: pytest.MonkeyPatch) -> No
             "difficulty": {"enabled": True, "half_life_steps": 4.0, "retire_min_samples": 16,
                            "retire_window_steps": 8, "revive_rise": 0.25,
                            "broken_reward_min_groups": 8, "broken_reward_share": 0.95},
+            "top_up": {"min_rows": None, "max_attempts": 3},
         },
         "mirror": {"format": "delta", "dest": None, "storage_options": {},
                    "delta_options": {}},

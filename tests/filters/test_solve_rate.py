@@ -260,3 +260,33 @@ def test_a_bad_reward_path_or_an_unset_key_fails_before_the_round_starts(
     with pytest.raises(ConfigError, match=r"round.solve_rate.api_key_env is NO_SUCH_POLICY_KEY"):
         round_inputs("ds", unset, None)
     round_inputs("ds", {"round": {"solve_rate": policy}}, None)  # nothing asked yet: fine
+
+
+def test_a_rounds_second_pass_grades_only_rows_it_has_not_graded(
+        server: tuple[str, Script]) -> None:
+    """round.top_up runs the chain again over every row so far: a row graded in the first
+    pass keeps its grade and costs no request; the lineage counts each row once."""
+    from dyngen.filters.chain import filter_rows
+    from dyngen.filters.solve_rate import grade_share
+
+    url, _ = server
+    asked: list[int] = []
+
+    def grader(rows: RowBatch) -> list[dict[str, Any]]:
+        asked.extend(row["extra_info"]["index"] for row in rows.to_list())
+        return [grade_share(settings(url), "prompt", rows, ("ds", 1))]
+
+    first_rows, more = [verl_row(0), verl_row(500)], [verl_row(1), verl_row(77)]
+    first = filter_rows(first_rows, [SolveRateFilter(settings(url), grader=grader)])
+    assert asked == [0, 500]
+    again = SolveRateFilter(settings(url), grader=grader)
+    again.recall(first.memos["solve_rate"])
+    second = filter_rows([*first_rows, *more], [again])
+    assert asked == [0, 500, 1, 77]  # the first pass's rows were not asked again
+    assert [r["extra_info"]["index"] for r in second.kept.to_list()] == [0, 1]
+    assert second.counts["too_hard"] == 2
+    lineage = second.records["solve_rate"]
+    assert lineage["graded"] == 4 and lineage["samples_spent"] == 16
+    assert len(lineage["share_seconds"]) == 2  # what each pass's asking cost, once each
+    for row in second.kept.to_list():
+        assert row["extra_info"]["solve_rate"]["samples"] == 4

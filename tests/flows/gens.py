@@ -8,6 +8,7 @@ from typing import Any
 
 import datasets
 
+from dyngen.filters.base import RowFilter
 from dyngen.generators.base import AbstractDataGenerator, rows_of
 from tests.rows import verl_row
 
@@ -223,3 +224,26 @@ class WritesPrompts(AbstractDataGenerator):
         for row, answer in zip(rows, answers, strict=False):
             row["reward_model"] = {**row["reward_model"], "ground_truth": str(answer)}
         return datasets.Dataset.from_list(rows)
+
+
+class FewKeptPerCall(AbstractDataGenerator):
+    """`n` new rows per call, seeded by the round and the attempt (context.round_seed); the
+    first `keep` of them marked `extra_info.keep` for KeepMarked to keep."""
+
+    def generate(self, dataset: Any, context: Any = None) -> datasets.Dataset:
+        n, keep = int(self.config.get("n", 3)), int(self.config.get("keep", 1))
+        start = 1000 + 100 * context.attempt + 10 * context.round
+        rows = [verl_row(i, source=f"call-{context.attempt}") for i in range(start, start + n)]
+        for j, row in enumerate(rows):
+            row["extra_info"] = {**row["extra_info"], "keep": j < keep}
+        return datasets.Dataset.from_list(rows)
+
+
+class KeepMarked(RowFilter):
+    """Keeps the rows marked `extra_info.keep`; the others go as `unmarked`."""
+
+    reason = "unmarked"
+
+    def check(self, rows: Any) -> list[str | None]:
+        return [None if (row.get("extra_info") or {}).get("keep") else "not marked to keep"
+                for row in rows]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dyngen.errors import ConfigError
 from dyngen.store import Store
 from dyngen.trainers.rollouts import event_id_for
 from dyngen.trainers.trl import DyngenCallback, FollowingDataset
@@ -182,3 +183,49 @@ def test_the_batch_end_carries_the_reward_spread_of_the_steps_completions(
                                                          "frac_reward_zero_std": 0.25})
     assert Store(store.root).batch_end("trl-spread", "r", 2).metrics[
         "dyngen/zero_spread_share"] == 0.25
+
+
+def test_every_step_can_be_recorded_while_rounds_are_asked_every_n(
+        tmp_path: Path, no_server: None) -> None:
+    """record_every_step: the steps between rounds go into the inbox with their completions
+    (the next round covers them); each batch end states the rows the trainer draws before
+    its next round."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    store = Store(tmp_path / "store")
+    store.create("trl-every", verl_rows(2))
+    callback = DyngenCallback(store.root, "trl-every", trainer=CompletionLog(), run_id="r",
+                              every_n_steps=3, record_every_step=True)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[],
+                             per_device_train_batch_size=6, gradient_accumulation_steps=2)
+    args.num_generations = 3  # GRPOConfig's: 6 x 2 completions a step are 4 prompts
+    state = TrainerState()
+    for step in (1, 2, 3, 4):
+        state.global_step = step
+        callback.on_log(args, state, TrainerControl(), logs={"loss": 0.5, "reward": 0.6})
+    inbox = Store(store.root)
+    assert [(e.run, e.step) for e in inbox.pending("trl-every")] == [
+        ("r", 1), ("r", 2), ("r", 3), ("r", 4)]
+    for step in (1, 2, 3, 4):
+        entry = inbox.batch_end("trl-every", "r", step)
+        assert entry.metrics["dyngen/rows_wanted"] == 12.0  # 4 prompts x 3 steps
+        assert entry.rollouts is not None and entry.rollouts.rows == 6
+    # Only step 3 asked for a round (an event id); the others were only recorded.
+    assert callback.results[3] == event_id_for("r", 3)
+    assert all(callback.results[s].status == "written" for s in (1, 2, 4))
+
+
+def test_rows_per_round_is_checked_and_wins(tmp_path: Path, no_server: None) -> None:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    store = Store(tmp_path / "store")
+    store.create("trl-wanted", verl_rows(2))
+    with pytest.raises(ConfigError, match="rows_per_round: expected an integer >= 0"):
+        DyngenCallback(store.root, "trl-wanted", rows_per_round=-1)
+    callback = DyngenCallback(store.root, "trl-wanted", run_id="r", rows_per_round=5)
+    state = TrainerState()
+    state.global_step = 1
+    callback.on_log(TrainingArguments(output_dir=str(tmp_path / "out"), report_to=[]), state,
+                    TrainerControl(), logs={"loss": 0.5})
+    assert Store(store.root).batch_end("trl-wanted", "r", 1).metrics[
+        "dyngen/rows_wanted"] == 5.0

@@ -73,6 +73,9 @@ class SolveRateFilter(RowFilter):
         self._kept: dict[str, list[Grade]] = {}  # kept rows' grades, by the row's fingerprint
         self.shares: list[dict[str, Any]] = []  # what each share's grading cost
         self.labels: dict[str, str] = {}  # the reward function of each data source
+        # An earlier pass of this round (round.top_up): its grades by fingerprint, its shares.
+        self._known: dict[str, Grade] = {}
+        self._earlier_shares: list[dict[str, Any]] = []
         self.seconds = 0.0
 
     def check(self, rows: Sequence[Row]) -> list[Answer]:
@@ -98,14 +101,33 @@ class SolveRateFilter(RowFilter):
         return verdicts
 
     def _graded(self, rows: Sequence[Row]) -> list[Grade]:
-        """Each row's grade from the grader's shares (every data source graded, first)."""
+        """Each row's grade from the grader's shares (every data source graded, first); a
+        row this round's earlier pass graded keeps its grade and is not asked again."""
         batch = rows if isinstance(rows, RowBatch) else RowBatch(list(rows))
-        self.labels = self.rewards.check(batch.to_list())  # before any request
-        self.shares = self.grader(batch) if len(batch) else []
-        grades = [g for share in self.shares for g in share["grades"]]
+        listed = batch.to_list()
+        self.labels = self.rewards.check(listed)  # before any request
+        prints = [self._fingerprint(row) for row in listed]
+        new = [row for row, fp in zip(listed, prints, strict=True) if fp not in self._known]
+        asked = self.grader(RowBatch(new)) if new else []
+        self.shares = self._earlier_shares + asked
+        fresh = [g for share in asked for g in share["grades"]]
+        if len(fresh) != len(new):
+            return fresh  # `check` refuses grades that are not one per row
+        queue = iter(fresh)
+        grades = [self._known[fp] if fp in self._known else next(queue) for fp in prints]
+        self._known.update(zip(prints, grades, strict=True))
         self.model_name = next((s["model"] for s in self.shares if s.get("model")),
                                self.model_name)
         return grades
+
+    def memo(self) -> dict[str, Any] | None:
+        """Every row graded so far, by fingerprint, and what asking cost (the shares)."""
+        return {"grades": dict(self._known), "shares": list(self.shares)} \
+            if self.grader is not None else None
+
+    def recall(self, memo: Any) -> None:
+        self._known = dict(memo["grades"])
+        self._earlier_shares = list(memo["shares"])
 
     def lineage(self) -> dict[str, Any]:
         """The `solve_rate` entry of the round's lineage: the policy, band, cost, histogram."""

@@ -199,7 +199,7 @@ class Augmenter(AbstractDataGenerator):
         its provenance; the others skipped, quarantined or rejected here."""
         version = context.parent if context is not None else None
         dataset = context.dataset if context is not None else ""
-        round_no = context.round if context is not None else 0
+        round_no = context.round_seed if context is not None else 0
         sources = [_plain(rows[s.index]) for s in chunk]
         contexts = [AugmentContext(s.index, version, random.Random(seed_int(
             cfg["seed"], dataset, round_no, s.index, self.method)), cfg, context)

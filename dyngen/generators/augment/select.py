@@ -48,7 +48,7 @@ def select_sources(cfg: Mapping[str, Any], rows: Any, context: RoundContext | No
         sources, seen = in_band(rows, tuple(cfg["band"]))
     else:
         count = min(len(rows), int(cfg["rows_per_round"]) * TRIES_PER_ROW)
-        round_no = context.round if context is not None else 0
+        round_no = context.round_seed if context is not None else 0
         dataset = context.dataset if context is not None else ""
         rng = random.Random(seed_int(cfg["seed"], dataset, round_no, "select"))
         sources, seen = [Source(i) for i in rng.sample(range(len(rows)), count)], {}

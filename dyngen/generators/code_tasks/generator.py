@@ -114,7 +114,7 @@ class CodeTaskProposer(AbstractDataGenerator):
         """Propose, parse and run, pass after pass, from the seeds of this round."""
         seen = _known_programs(seeds, rows, int(cfg["seed_window"]))
         unbounded_before = runs_without_cgroup()
-        round_no = getattr(context, "round", 0)
+        round_no = getattr(context, "round_seed", 0)
         min_rows = min_rows_share(cfg, context)
         dropped: Counter[str] = Counter()
         new: list[dict[str, Any]] = []

@@ -116,7 +116,7 @@ class ProposerGenerator(AbstractDataGenerator):
             models["model"] = model = chat_model(cfg)
             model.check()  # an endpoint that cannot answer fails the round before any work
         name = models["model"].name if seeds else ""
-        round_no = getattr(context, "round", 0)
+        round_no = getattr(context, "round_seed", 0)
         min_rows = min_rows_share(cfg, context)
         seen = {normalise(s.question) for s in seeds}
         counts: dict[str, Counter[str]] = {}

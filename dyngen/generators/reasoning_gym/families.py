@@ -124,7 +124,8 @@ class Family:
         return [dataset[i] for i in range(size)]
 
 
-def derived_seed(seed: int, dataset: str, round_no: int, family: str, partition: int = 0) -> int:
+def derived_seed(seed: int, dataset: str, round_no: int | str, family: str,
+                 partition: int = 0) -> int:
     """A 32-bit seed of its own for each dataset, round, family and partition."""
     text = f"{seed}\0{dataset}\0{round_no}\0{family}\0{partition}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")

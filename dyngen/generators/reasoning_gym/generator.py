@@ -125,7 +125,7 @@ class ReasoningGymCurriculum(AbstractDataGenerator):
                stats: dict[str, Any]) -> list[dict[str, Any]]:
         """This partition's share of rows_per_round, by weight, each label checked."""
         part, parts = (context.partition, context.partitions) if context else (0, 1)
-        name_of_dataset, round_no = (context.dataset, context.round) if context else ("", 0)
+        name_of_dataset, round_no = (context.dataset, context.round_seed) if context else ("", 0)
         out: list[dict[str, Any]] = []
         for name, total in shares(cfg["tasks"], cfg["rows_per_round"]).items():
             count = total // parts + (1 if part < total % parts else 0)
