@@ -72,6 +72,31 @@ def sampler_of(value: Any) -> FrontierSampler | None:
                       "uniform passes); frontier draws by each row's difficulty record.")
 
 
+def frontier_weights(book: DifficultyBook, keys: np.ndarray, s: FrontierSampler) -> np.ndarray:
+    """The weight of each row (by its prompt key) under the record `book` holds."""
+    out = np.zeros(len(keys))
+    for i, key in enumerate(keys.tolist()):
+        if key in book.retired:
+            continue
+        post = book.estimate(key, s.half_life_steps)
+        if post.last_step is None:
+            out[i] = post.mixed_chance(s.group) if s.unmeasured else 0.0
+            continue
+        age = book.now - post.last_step
+        if age <= s.max_age_steps:
+            out[i] = post.mixed_chance(s.group) * 0.5 ** (age / s.recency_half_life)
+    return out
+
+
+def weighted_slots(weights: np.ndarray, seed: list[int]) -> np.ndarray | None:
+    """For a sampler that visits every index of an epoch once (verl's): the row that fills
+    each index, drawn with replacement by weight, seeded; None when no row weighs anything."""
+    if not len(weights) or not (weights > 0).any():
+        return None
+    rng = np.random.default_rng(seed)
+    return rng.choice(len(weights), size=len(weights), p=weights / weights.sum())
+
+
 class FrontierPlan:
     """Which rows come next, by weight; the same interface as row_stream's fresh-first plan."""
 
@@ -98,19 +123,7 @@ class FrontierPlan:
 
     def weigh(self) -> np.ndarray:
         """Each row's weight under the record as it stands."""
-        s, book = self.sampler, self.book
-        out = np.zeros(len(self.keys))
-        for i, key in enumerate(self.keys.tolist()):
-            if key in book.retired:
-                continue
-            post = book.estimate(key, s.half_life_steps)
-            if post.last_step is None:
-                out[i] = post.mixed_chance(s.group) if s.unmeasured else 0.0
-                continue
-            age = book.now - post.last_step
-            if age <= s.max_age_steps:
-                out[i] = post.mixed_chance(s.group) * 0.5 ** (age / s.recency_half_life)
-        return out
+        return frontier_weights(self.book, self.keys, self.sampler)
 
     def take(self, count: int, rows: int) -> list[int]:
         """The next `count` row indices (of a version with `rows` rows; none of none)."""

@@ -12,6 +12,8 @@ Name it in verl's config (this module imports verl; `import dyngen` never does):
     +data.dyngen.generate_on_start=true      # one round before the first batch (default false)
     +data.dyngen.start_timeout=600           # emit mode: seconds to wait for that round
     +data.dyngen.run=my-run                  # the training run (default: trainer.experiment_name)
+    +data.dyngen.sampler=frontier            # draw by each row's difficulty record
+                                             # (default fresh_first: verl's own order)
 
 Each batch end goes into the dataset's inbox in the store as a step of the training run
 `data.dyngen.run` (default: verl's `trainer.experiment_name`, else $DYNGEN_RUN): a run
@@ -28,31 +30,29 @@ its files (never grown), `data.val_files` equal to `data.train_files` included.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import datasets
 import numpy as np
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from dyngen.errors import ConfigError, DatasetExistsError
-from dyngen.locations import store_root
+from dyngen.difficulty.frontier import frontier_weights, weighted_slots
+from dyngen.difficulty.record import DifficultyBook
+from dyngen.errors import DatasetExistsError
 from dyngen.store import Store
+from dyngen.store.keys import prompt_keys
 from dyngen.trainers.dataset import DyngenDataset
 from dyngen.trainers.verl_files import batch_metrics, global_step, resumed_state
 from dyngen.trainers.verl_format import import_files
+from dyngen.trainers.verl_settings import is_train, round_config, settings_of
 
 logger = logging.getLogger(__name__)
 
 # Marks this dataset's state inside the dataloader's checkpoint.
 STATE_KEY = "dyngen_dataset"
-# verl's data keys that mean the same in dyngen's `data:` section (see dyngen.config).
-SHARED_DATA_KEYS = ("prompt_key", "max_prompt_length", "filter_overlong_prompts",
-                    "apply_chat_template_kwargs", "datagen", "tokenizer")
 
 
 class VerlDyngenDataset(RLHFDataset):
@@ -80,10 +80,11 @@ class VerlDyngenDataset(RLHFDataset):
     _epoch: dict[str, Any] | None = None  # the running epoch: version, rows, first_step
     _resume: tuple[int, dict[str, Any]] | None = None  # (checkpoint step, dataset state)
     _tracked = False  # whether epochs were followed (verl called on_batch_end)
+    _slots: np.ndarray | None = None  # the frontier sampler's row for each index
 
     def __init__(self, data_files: str | list[str], tokenizer: Any, config: DictConfig,
                  processor: Any = None, max_samples: int = -1) -> None:
-        self.dyngen_settings = _settings(config) if _is_train(data_files, config) else None
+        self.dyngen_settings = settings_of(config) if is_train(data_files, config) else None
         self.source = None
         self._resume = None if self.dyngen_settings is None else \
             _resume_point(config, self.dyngen_settings["dataset"])
@@ -121,7 +122,7 @@ class VerlDyngenDataset(RLHFDataset):
                 cfg["root"], cfg["dataset"], mode=cfg["mode"],
                 every_n_batches=cfg["every_n_batches"],
                 generate_on_start=cfg["generate_on_start"], start_timeout=cfg["start_timeout"],
-                run=cfg["run"], config=_round_config(cfg, self.config, self.tokenizer)
+                run=cfg["run"], config=round_config(cfg, self.config, self.tokenizer)
                 if cfg["mode"] == "inline" else None)
         else:
             self.source.refresh()
@@ -132,6 +133,7 @@ class VerlDyngenDataset(RLHFDataset):
         self.dataframe = self.maybe_filter_out_long_prompts(self._max_samples(frame, version))
         self._version = version
         self._epoch = {"version": version, "rows": len(self.dataframe), "first_step": first_step}
+        self._reweigh()
         return None
 
     def _start(self) -> tuple[int, int]:
@@ -253,7 +255,31 @@ class VerlDyngenDataset(RLHFDataset):
         if len(kept):
             self.dataframe = datasets.concatenate_datasets([self.dataframe, kept])
         self._version = self.source.version
+        self._reweigh()
         return True
+
+    # ---- the frontier sampler (data.dyngen.sampler: frontier) ------------------------
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        """verl's row `item`; with the frontier sampler, the row drawn into that index."""
+        slots = self._slots
+        return super().__getitem__(int(slots[item]) if slots is not None and
+                                   0 <= item < len(slots) else item)
+
+    def _reweigh(self) -> None:
+        """With the frontier sampler: which row fills each index verl's sampler visits,
+        drawn by each row's difficulty record at the served version, seeded by (seed,
+        version); every index its own row while nothing is measured."""
+        sampler = (self.dyngen_settings or {}).get("sampler")
+        if sampler is None or self.source is None or self._version is None:
+            return
+        book = DifficultyBook.at(self.source.store, self.source.name, self._version)
+        keys = prompt_keys(list(self.dataframe[self.prompt_key]))
+        seed = [int(self.dyngen_settings["seed"]), self._version]
+        self._slots = weighted_slots(frontier_weights(book, keys, sampler), seed)
+        if self._slots is None:
+            logger.warning("dyngen: frontier sampler of %r: no row of version %d has a recent "
+                           "measurement; verl's own order until a round records some",
+                           self.source.name, self._version)
 
     def metrics_from_batch(self, batch: Any) -> dict[str, float]:
         """The round's trigger metrics from a verl `DataProto` (see `batch_metrics`)."""
@@ -305,36 +331,6 @@ class _RowsForFilter:
         return self.rows.select([i for i, row in enumerate(self.rows) if predicate(row)])
 
 
-def _settings(config: Any) -> dict[str, Any]:
-    """`data.dyngen` as plain values, with defaults, checked."""
-    section = config.get("dyngen") if config is not None else None
-    plain = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) \
-        else dict(section or {})
-    name = plain.get("dataset")
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"data.dyngen.dataset: expected the name of a dyngen dataset, found "
-                          f"{name!r}. Add +data.dyngen.dataset=NAME to verl's config.")
-    root = store_root(plain.get("root"))
-    return {"dataset": name, "root": str(root), "mode": plain.get("mode", "emit"),
-            "every_n_batches": plain.get("every_n_batches", 1),
-            "generate_on_start": plain.get("generate_on_start", False),
-            "start_timeout": plain.get("start_timeout", 600.0),
-            "run": _training_run(config, plain.get("run")),
-            "config": plain.get("config") or {}}
-
-
-def _training_run(config: Any, run: Any) -> str | None:
-    """`data.dyngen.run`, else verl's `trainer.experiment_name` (from the whole config the
-    data section belongs to), else None ($DYNGEN_RUN, or dyngen's default)."""
-    if run is not None:
-        return str(run)
-    try:
-        found = OmegaConf.select(config._get_root(), "trainer.experiment_name")
-    except Exception:  # a plain dict, or a section verl passed on its own
-        return None
-    return str(found) if found not in (None, "") else None
-
-
 def _resume_point(config: Any, name: str) -> tuple[int, dict[str, Any]] | None:
     """The checkpoint verl's trainer will resume from, and this dataset's state in it."""
     try:
@@ -345,41 +341,6 @@ def _resume_point(config: Any, name: str) -> tuple[int, dict[str, Any]] | None:
     if found is not None and trainer.get("use_v1") is False:  # the legacy trainer's fit loop
         found[1]["tracked"] = True  # calls on_batch_end after every batch: epochs are followed
     return found
-
-
-def _is_train(data_files: Any, config: Any) -> bool:
-    """Whether verl builds the training set (the store's) rather than the validation set:
-    other files than `data.train_files`, or the same files where verl's `create_rl_dataset`
-    was called with `is_train=False` (a flag it does not pass on to the class)."""
-    train = config.get("train_files") if config is not None else None
-    if train is None:
-        return True
-    if _paths(data_files) != _paths(train):
-        return False
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "create_rl_dataset" \
-                and str(frame.f_globals.get("__name__", "")).startswith("verl."):
-            return bool(frame.f_locals.get("is_train", True))
-        frame = frame.f_back
-    return True
-
-
-def _paths(files: Any) -> list[str]:
-    return [str(f) for f in files] if isinstance(files, list | tuple | ListConfig) else [str(files)]
-
-
-def _round_config(settings: Mapping[str, Any], data: Any, tokenizer: Any) -> dict[str, Any]:
-    """The inline round's config: `data.dyngen.config`, then verl's shared `data` keys."""
-    base = dict(settings["config"])
-    shared = {k: data.get(k) for k in SHARED_DATA_KEYS if data.get(k) is not None}
-    shared = {k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
-              for k, v in shared.items()}
-    local = getattr(tokenizer, "name_or_path", None)
-    if "tokenizer" not in shared and isinstance(local, str) and os.path.isdir(local):
-        shared["tokenizer"] = local  # verl copied the model to local disk: same tokenizer
-    base["data"] = {**dict(base.get("data") or {}), **shared}
-    return base
 
 
 @contextmanager
