@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 from dyngen.rows import RowBatch
-from dyngen.store.minhash import prompt_text
+from dyngen.store.minhash import numbers, prompt_text, words
 
 MAX_WORDS = 12  # a longer reference is free text: not compared
 # The fields of a row an answer is read from (the prompt too, for a choice's options).
@@ -250,3 +250,15 @@ def numbers_within(a: Sequence[str], b: Sequence[str]) -> bool:
     may reorder its numbers or spell one out ("three times"), a number variant changes one."""
     ca, cb = Counter(a), Counter(b)
     return not (ca - cb) or not (cb - ca)
+
+
+def swapped(a: str, b: str) -> bool:
+    """Whether one text is the other with its numbers in other roles: the same number
+    literals in another order and the same words besides ("Tom is 12 and his sister is 8.
+    How much older is Tom?" / "Tom is 8 and his sister is 12. How much older is his
+    sister?"; "9 percent of 50" / "50 percent of 9"). Such a pair may share its answer by
+    chance; a paraphrase that moves a number rewords the text around it."""
+    na, nb = numbers(a), numbers(b)
+    if na == nb or Counter(na) != Counter(nb):
+        return False
+    return {w for w in words(a) if not w.isdigit()} == {w for w in words(b) if not w.isdigit()}

@@ -8,11 +8,13 @@ dyngen.filters.answers): two rows whose answers differ are two tasks, however cl
 vectors ("How much does she pay?" / "How much change does she get?" on one set-up).
 Two rows with the same answer are duplicates at a lower cosine, `same_answer_threshold`,
 when one's number literals hold all of the other's (a paraphrase may reorder its numbers
-or spell one out; a number variant changes one). Rows without a comparable answer keep the
-similarity rule: the cosine `threshold` AND, with `numbers_must_match`, the same number
-literals in the same order (dyngen.store.minhash.numbers): "What is 12 + 7?" and "What is
-13 + 7?" are different tasks with near-identical vectors, and so are "What is 12 - 7?" and
-"What is 7 - 12?". The detail says which rule decided.
+or spell one out; a number variant changes one) and they are not the same words with the
+numbers swapped ("9 percent of 50" / "50 percent of 9": a swap, whatever its answer).
+Rows without a comparable answer keep the similarity rule: the cosine `threshold` AND,
+with `numbers_must_match`, the same number literals in the same order
+(dyngen.store.minhash.numbers): "What is 12 + 7?" and "What is 13 + 7?" are different
+tasks with near-identical vectors, and so are "What is 12 - 7?" and "What is 7 - 12?". The
+detail says which rule decided.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dyngen.filters.answers import DIFFERENT, SAME, answer_keys, compare, numbers_within
+from dyngen.filters.answers import DIFFERENT, SAME, answer_keys, compare, numbers_within, swapped
 from dyngen.filters.base import RowFilter
 from dyngen.filters.near_duplicate import stored_rows
 from dyngen.progress import Bar, progress_bar
@@ -149,8 +151,7 @@ class SemanticDuplicateFilter(RowFilter):
         if answers == DIFFERENT:
             return None
         if answers == SAME and cosine >= self.same_answer_threshold and (
-                not self.numbers_must_match
-                or numbers_within(_numbers(mine), _numbers(theirs))):
+                not self.numbers_must_match or _numbers_fit(mine, theirs)):
             return "same answer" + (", numbers within" if self.numbers_must_match else "")
         if cosine < self.threshold:
             return None
@@ -198,6 +199,14 @@ class SemanticDuplicateFilter(RowFilter):
 def _numbers(text: str) -> tuple[str, ...]:
     """A text's number literals (a round's rows are compared with many others)."""
     return numbers(text)
+
+
+def _numbers_fit(mine: str, theirs: str) -> bool:
+    """One row's numbers are all among the other's, and the two are not the same words with
+    the numbers swapped (the words compared only when the numbers moved: few pairs)."""
+    a, b = _numbers(mine), _numbers(theirs)
+    return numbers_within(a, b) and (a == b or sorted(a) != sorted(b)
+                                     or not swapped(mine, theirs))
 
 
 def _detail(where: str, cosine: float, rule: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from dyngen.config import load_config
 from dyngen.filters import NearDuplicateFilter, SemanticDuplicateFilter, run_filters
-from dyngen.filters.answers import answer_key, answer_keys, answer_of, canonical
+from dyngen.filters.answers import answer_key, answer_keys, answer_of, canonical, swapped
 from dyngen.filters.chain import build_filters
 from dyngen.rows import RowBatch
 from dyngen.store import Store
@@ -112,6 +112,33 @@ def test_a_struct_columns_empty_code_fields_leave_the_ground_truth_to_decide() -
     assert answer_of(math) == "num:90"
     batch = RowBatch(pa.Table.from_pylist([math, row(TANK, "40")]))
     assert answer_keys(batch) == [answer_key(math), answer_key(row(TANK, "40"))]
+
+
+
+def test_code_writing_references_tell_a_rewording_from_another_function() -> None:
+    # benchmarks/data/fixture_answers.jsonl gives code-writing prompts tests of this kind
+    vowels = "assert count_vowels('hello') == 2\nassert count_vowels('sky') == 0"
+    removed = "assert remove_vowels('hello') == 'hll'\nassert remove_vowels('sky') == 'sky'"
+    assert canonical(vowels) == canonical(vowels.replace("count_vowels", "num_vowels"))
+    assert canonical(vowels) != canonical(removed)  # the same inputs, other results
+    unique = {"fn_name": "removeDuplicates", "inputs": [[[1, 2, 2]], [[]]], "outputs": [[1, 2], []]}
+    only = {"fn_name": "duplicatesOnly", "inputs": [[[1, 2, 2]], [[]]], "outputs": [[2], []]}
+    assert canonical(unique) != canonical(only) is not None
+
+
+def test_the_same_words_with_the_numbers_swapped_are_another_task() -> None:
+    tom = "Tom is 12 and his sister is 8. How much older is Tom?"
+    tom_swapped = "Tom is 8 and his sister is 12. How much older is his sister?"
+    anna = "Anna is 3 years older than Ben. Ben is 9. How old is Anna?"
+    moved = "Ben is 9 years old and Anna is 3 years older than him. What is Anna's age?"
+    assert swapped(tom, tom_swapped) and swapped("What is 9% of 50?", "What is 50% of 9?")
+    assert not swapped(tom, tom)  # the numbers in the same order
+    assert not swapped(tom, tom.replace("12", "13"))  # other numbers: a number variant
+    assert not swapped(anna, moved)  # a rewording that moves its numbers
+    semantic = SemanticDuplicateFilter(None, "-")  # type: ignore[arg-type]
+    four, twelve = answer_key(row("", "4")), answer_key(row("", "12"))
+    assert semantic.rule(tom_swapped, four, tom, four, 0.98) is None  # both 4, by chance
+    assert semantic.rule(moved, twelve, anna, twelve, 0.9) == "same answer, numbers within"
 
 
 # ---- the semantic filter
