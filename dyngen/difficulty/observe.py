@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dyngen.difficulty.record import (
+    SNAPSHOT_EVERY,
     DifficultyBook,
     Observation,
     key_text,
@@ -144,9 +145,13 @@ def round_difficulty(store: Any, settings: DifficultySettings, context: Any, par
         s for s in book.warned if _all_wrong_share(trainer, s) >= settings.broken_reward_share}
     retired = _retire(book, {o.key for o in trainer}, settings, flagged)
     revived = _revive(book, trainer, settings)
-    return {"observations": write_observations(store, dataset, observations),
-            "now": book.now, "half_life_steps": settings.half_life_steps,
-            "retired": retired, "revived": revived, "warnings": warnings}
+    entry = {"observations": write_observations(store, dataset, observations),
+             "now": book.now, "half_life_steps": settings.half_life_steps,
+             "retired": retired, "revived": revived, "warnings": warnings}
+    if context.round - book.snapshot >= SNAPSHOT_EVERY:  # the next rounds start from here
+        book.mark(entry)
+        entry["snapshot"] = {**book.write_snapshot(store, dataset), "parent": parent.version}
+    return entry
 
 
 def _retire(book: DifficultyBook, keys: set[int], settings: DifficultySettings,

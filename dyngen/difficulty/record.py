@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ DIFFICULTY_COLUMN = "_dyngen_difficulty"
 SCHEMA = pa.schema([("key", pa.uint64()), ("step", pa.int64()), ("passed", pa.int64()),
                     ("samples", pa.int64()), ("source", pa.string()), ("kind", pa.string())])
 KINDS = ("band", "trainer")
+MARKS = "dyngen.difficulty.marks"  # a snapshot file's metadata: retirements, warnings
+# A round writes a snapshot of the whole book once SNAPSHOT_EVERY versions have passed
+# since the one its book started from; `at` looks back SNAPSHOT_REACH versions for one.
+SNAPSHOT_EVERY = 64
+SNAPSHOT_REACH = 4 * SNAPSHOT_EVERY
 
 
 @dataclass(frozen=True)
@@ -62,17 +68,20 @@ def key_text(key: int) -> str:
     return f"{int(key):016x}"
 
 
-def write_observations(store: Any, dataset: str, observations: Iterable[Observation]
-                       ) -> dict[str, Any] | None:
+def write_observations(store: Any, dataset: str, observations: Iterable[Observation],
+                       marks: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """Write the observations' file into the store (if absent); the lineage's reference to
-    it, or None when there are none."""
+    it, or None when there are none. `marks`: JSON kept in the file's metadata (a
+    snapshot's retirements and warnings)."""
     obs = list(observations)
     if not obs:
         return None
+    schema = SCHEMA if marks is None else SCHEMA.with_metadata(
+        {MARKS: json.dumps(marks, sort_keys=True)})
     table = pa.table({"key": [o.key for o in obs], "step": [o.step for o in obs],
                       "passed": [o.passed for o in obs], "samples": [o.samples for o in obs],
                       "source": [o.source for o in obs], "kind": [o.kind for o in obs]},
-                     schema=SCHEMA)
+                     schema=schema)
     sink = io.BytesIO()
     pq.write_table(table, sink)
     data = sink.getvalue()
@@ -86,17 +95,25 @@ def write_observations(store: Any, dataset: str, observations: Iterable[Observat
 
 def read_observations(store: Any, dataset: str, ref: Mapping[str, Any]) -> list[Observation]:
     """The observations a lineage's reference names, checked against its hash."""
+    return _read(store, dataset, ref)[0]
+
+
+def _read(store: Any, dataset: str, ref: Mapping[str, Any]
+          ) -> tuple[list[Observation], dict[str, Any]]:
+    """A reference's observations and the marks its file keeps (a snapshot's)."""
     rel = f"{dataset}/{ref['path']}"
     data = store.backend.read_bytes(rel)
     if hashlib.sha256(data).hexdigest() != ref.get("sha256"):
         raise CorruptionError(f"{store.backend.describe(rel)}: its content does not match the "
                               "sha256 its version's lineage records; restore it from a backup "
                               "of the store (the rows themselves are unaffected).")
-    table = pq.read_table(io.BytesIO(data)).to_pydict()
+    read = pq.read_table(io.BytesIO(data))
+    marks = json.loads((read.schema.metadata or {}).get(MARKS.encode(), b"{}"))
+    table = read.to_pydict()
     return [Observation(int(k), int(s), int(p), int(n), str(src or ""), str(kind))
             for k, s, p, n, src, kind in zip(table["key"], table["step"], table["passed"],
                                              table["samples"], table["source"], table["kind"],
-                                             strict=True)]
+                                             strict=True)], marks
 
 
 @dataclass
@@ -111,20 +128,44 @@ class DifficultyBook:
     warned: set[str] = field(default_factory=set)  # data sources a broken reward was seen in
     now: int = 0  # the newest step observed
 
+    snapshot: int = -1  # the version whose snapshot the book started from; -1: none
+
     @classmethod
     def at(cls, store: Any, dataset: str, version: int) -> DifficultyBook:
-        """The book as of `version`."""
+        """The book as of `version`: from the newest snapshot within SNAPSHOT_REACH
+        versions of it, if any, then folded forward."""
         book = cls()
+        for v in range(version, max(-1, version - SNAPSHOT_REACH), -1):
+            ref = (_entry(store, dataset, v) or {}).get("snapshot")
+            # Made on top of the version before: a round whose commit was rebased over a
+            # rival's made it without the rival's entry, and it is passed over.
+            if ref and ref.get("parent") == v - 1:
+                observations, marks = _read(store, dataset, ref)
+                book.add(observations)
+                book.retired = {int(k, 16): dict(e) for k, e in marks["retired"].items()}
+                book.warned = set(marks["warned"])
+                book.version = book.snapshot = v
+                break
         book.advance(store, dataset, version)
         return book
+
+    def write_snapshot(self, store: Any, dataset: str) -> dict[str, Any] | None:
+        """Everything the book holds as one file in the store; its lineage reference. A
+        version whose difficulty entry names it (`snapshot`) is where `at` starts."""
+        observations = [Observation(key, e.step, e.passed, e.samples, self.sources.get(key, ""),
+                                    "band" if e is self.band.get(key) else "trainer")
+                        for key, evidence in self.evidence.items() for e in evidence]
+        marks = {"retired": {key_text(k): e for k, e in self.retired.items()},
+                 "warned": sorted(self.warned)}
+        return write_observations(store, dataset, observations, marks)
 
     def advance(self, store: Any, dataset: str, version: int) -> bool:
         """Fold in the versions after the last one folded, up to `version`; whether any
         difficulty entry changed the book."""
         changed = False
         for v in range(self.version + 1, version + 1):
-            entry = (store.record(dataset, v).lineage or {}).get(LINEAGE_KEY)
-            if isinstance(entry, Mapping):
+            entry = _entry(store, dataset, v)
+            if entry is not None:
                 self.apply(entry, store, dataset)
                 changed = True
         self.version = max(self.version, version)
@@ -135,6 +176,10 @@ class DifficultyBook:
         ref = entry.get("observations")
         if ref:
             self.add(read_observations(store, dataset, ref))
+        self.mark(entry)
+
+    def mark(self, entry: Mapping[str, Any]) -> None:
+        """A difficulty entry's retirements, revivals and warnings."""
         for item in entry.get("retired") or ():
             self.retired[int(item["key"], 16)] = dict(item)
         for item in entry.get("revived") or ():
@@ -172,3 +217,9 @@ class DifficultyBook:
         """(passed, samples) of the row's observations within `window` steps of `now`."""
         rows = [e for e in self.evidence.get(key, ()) if e.step >= self.now - window]
         return sum(e.passed for e in rows), sum(e.samples for e in rows)
+
+
+def _entry(store: Any, dataset: str, version: int) -> Mapping[str, Any] | None:
+    """Version `version`'s difficulty entry, if it has one."""
+    entry = (store.record(dataset, version).lineage or {}).get(LINEAGE_KEY)
+    return entry if isinstance(entry, Mapping) else None

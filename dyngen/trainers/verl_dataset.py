@@ -81,6 +81,7 @@ class VerlDyngenDataset(RLHFDataset):
     _resume: tuple[int, dict[str, Any]] | None = None  # (checkpoint step, dataset state)
     _tracked = False  # whether epochs were followed (verl called on_batch_end)
     _slots: np.ndarray | None = None  # the frontier sampler's row for each index
+    _book: DifficultyBook | None = None  # the difficulty record, as of the version served
 
     def __init__(self, data_files: str | list[str], tokenizer: Any, config: DictConfig,
                  processor: Any = None, max_samples: int = -1) -> None:
@@ -272,7 +273,12 @@ class VerlDyngenDataset(RLHFDataset):
         sampler = (self.dyngen_settings or {}).get("sampler")
         if sampler is None or self.source is None or self._version is None:
             return
-        book = DifficultyBook.at(self.source.store, self.source.name, self._version)
+        book = self._book
+        if book is None or book.version > self._version:
+            book = DifficultyBook.at(self.source.store, self.source.name, self._version)
+        else:  # the versions since the last one weighed
+            book.advance(self.source.store, self.source.name, self._version)
+        self._book = book
         keys = prompt_keys(list(self.dataframe[self.prompt_key]))
         seed = [int(self.dyngen_settings["seed"]), self._version]
         self._slots = weighted_slots(frontier_weights(book, keys, sampler), seed)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dyngen.difficulty.observe import DifficultySettings, round_difficulty
 from dyngen.difficulty.record import FOLDER, LINEAGE_KEY, DifficultyBook
@@ -204,3 +206,71 @@ def test_a_triggers_own_rollouts_file_is_observed_at_its_step(store: Store,
     # A file outside the allowed folders is not observed, and the round goes on.
     outside = RoundContext("ds", 2, 1, Trigger(step=6, rollouts=str(path)))
     assert round_difficulty(store, SETTINGS, outside, store.head("ds"), [], None) is None
+
+
+def folded(store: Store, version: int) -> DifficultyBook:
+    """Every version's entry folded from version 0, snapshots ignored."""
+    book = DifficultyBook()
+    book.advance(Store(store.root), "ds", version)
+    return book
+
+
+def same_book(a: DifficultyBook, b: DifficultyBook) -> bool:
+    fields = ("evidence", "sources", "band", "retired", "warned", "now", "version")
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rounds=st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 8)), max_size=4),
+                       min_size=1, max_size=9),
+       every=st.integers(1, 3))
+def test_a_book_read_from_a_snapshot_is_the_book_folded_from_the_start(
+        rounds: list[list[tuple[int, int]]], every: int, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Rounds write a snapshot of the whole book every `every` versions; reading any version
+    from its newest snapshot gives what folding every version from 0 gives: observations,
+    sources, band measurements, retirements and revivals, warnings."""
+    import tempfile
+
+    import dyngen.difficulty.observe as observe
+
+    monkeypatch.setattr(observe, "SNAPSHOT_EVERY", every)
+    with tempfile.TemporaryDirectory() as folder:
+        store = Store(Path(folder) / "store")
+        store.create("ds", verl_rows(6, source="sums"))
+        for i, groups in enumerate(rounds):
+            step = 2 * (i + 1)
+            round_at(store, step, [group(step, row, passed) for row, passed in groups],
+                     kept=[verl_row(200 + i, "sums")])
+        head = store.head_version("ds")
+        entries = {v: store.record("ds", v).lineage.get(LINEAGE_KEY) for v in range(head + 1)}
+        snapshots = [v for v, entry in entries.items() if entry and entry.get("snapshot")]
+        # The first round that records anything at version >= every - 1 writes one.
+        assert bool(snapshots) == any(entry and v + 1 >= every for v, entry in entries.items())
+        for version in range(head + 1):
+            book = fresh_book(store, version)
+            assert same_book(book, folded(store, version)), version
+            assert book.snapshot == max((v for v in snapshots if v <= version), default=-1)
+
+
+def test_a_snapshot_made_before_a_rivals_version_is_passed_over(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round whose commit was rebased over a rival's version made its snapshot without the
+    rival's entry: reading passes over it and folds instead."""
+    import dyngen.difficulty.observe as observe
+
+    monkeypatch.setattr(observe, "SNAPSHOT_EVERY", 1)
+    round_at(store, 2, [group(2, 1, 4)])
+    parent = store.head("ds")
+    store.write_batch_end("ds", "run", 4, {}, group(4, 2, 8))
+    ends = pending_batch_ends(store, "ds", parent.version, RolloutsPolicy())
+    context = RoundContext("ds", parent.version + 1, parent.version, Trigger(step=4),
+                           batch_ends=ends)
+    late = round_difficulty(store, SETTINGS, context, parent, [], None)
+    round_at(store, 6, [group(6, 3, 2)])  # the rival commits first
+    store.append("ds", verl_rows(1, start=300), lineage={LINEAGE_KEY: late})
+    head = store.head_version("ds")
+    assert late["snapshot"]["parent"] == head - 2  # made on the version before the rival's
+    book = fresh_book(store)
+    assert book.snapshot == head - 1 and same_book(book, folded(store, head))
