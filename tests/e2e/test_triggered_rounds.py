@@ -213,8 +213,8 @@ def test_an_emit_without_credentials_is_refused_with_one_warning_and_training_go
     assert out.returncode == 0, out.stderr  # a shell training loop goes on
     said = " ".join(out.stdout.split())  # rich wraps long lines
     assert "refused the credentials in PREFECT_API_AUTH_STRING (HTTP 401)" in said
-    serve = subprocess.run([*DYNGEN, "serve", "--dataset", "guarded", *ROUND_CONFIG], env=wrong,
-                           cwd=REPO,
+    serve = subprocess.run([*DYNGEN, "--root", str(tmp_path / "store"), "serve", "--dataset",
+                            "guarded", *ROUND_CONFIG], env=wrong, cwd=REPO,
                            capture_output=True, text=True, timeout=120)
     assert serve.returncode == 2, serve.stderr
     assert "refused the request (HTTP 401)" in serve.stderr
