@@ -86,3 +86,20 @@ def test_a_dry_run_shows_kept_and_rejected_rows_and_commits_nothing(tmp_path: Pa
     # the stages' own work is well under a second here; the rest is imports
     assert seconds < 60
 
+
+
+def test_a_dry_run_asks_again_as_the_round_would_and_says_why_it_stopped(
+        tmp_path: Path) -> None:
+    """round.top_up.min_rows above what one call keeps: the dry run asks again; a generator
+    that ignores context.attempt writes the same rows, and it stops, naming the fix."""
+    store = Store(tmp_path / "store")
+    store.create("ds", verl_rows(3))
+    write(tmp_path / "mixed.py", GENERATOR)
+    done, _ = run_dry(tmp_path, "ds", "--dry-run", "data.datagen.path=mixed.py",
+                      "data.datagen.name=Mixed", "round.top_up.min_rows=4")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    out = " ".join(done.stdout.split())
+    assert "generated 8, kept 2" in out  # two calls; the second's rows are the first's
+    assert ("kept 2 rows of the 4 wanted after 2 generator calls; the generator's last call "
+            "wrote only rows it had written before: does it seed by context.round_seed") in out
+    assert Store(store.root).head_version("ds") == 0

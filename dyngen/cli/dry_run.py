@@ -28,6 +28,7 @@ def dry_run(name: str, params: dict[str, Any], trigger: dict[str, Any] | None,
     from dyngen.round.admission import admitted
     from dyngen.round.inbox import covers_text
     from dyngen.round.stages import timed
+    from dyngen.round.top_up import TopUp
     from dyngen.tasks.direct import direct_calls
     from dyngen.tasks.filter import filter_generated
     from dyngen.tasks.load import load_dataset
@@ -42,17 +43,23 @@ def dry_run(name: str, params: dict[str, Any], trigger: dict[str, Any] | None,
             return {"committed": rnd.committed.version}
         with timed(rnd.timings, "load"):
             data, parent, batch_ends = load_dataset.fn(rnd.where, name, rnd.rollouts)
-        context = rnd.context(parent, batch_ends)
-        with timed(rnd.timings, "generate"):
-            rows, generator, _ = generate_all(rnd.cfg, data, context)
-        with timed(rnd.timings, "filter"):
-            outcome = filter_generated.fn(rnd.cfg, parent, rows, context)
+        asked = TopUp.of(rnd.cfg, rnd.context(parent, batch_ends))  # as the round asks
+        while (context := asked.next_context()) is not None:
+            with timed(rnd.timings, "generate"):
+                rows = asked.add(*generate_all(rnd.cfg, data, context))
+            with timed(rnd.timings, "filter"):
+                outcome = asked.filtered(filter_generated.fn(rnd.cfg, parent, rows, context,
+                                                             asked.outcome))
+        generator = asked.generator
     rejected = outcome.rejected_by_reason
     kept = list(outcome.kept)
     say(out, f"dry run of {name!r} on version {parent.version} ({parent.rows} rows), "
              f"generator {generator.get('name')}: generated {len(rows)}, kept {len(kept)}, "
              f"rejected {sum(rejected.values())} {rejected}; nothing committed "
              f"({time.perf_counter() - started:.1f} s).")
+    if (short := asked.message()) is not None or len(asked.kept) > 1:
+        say(out, short or f"the generator was asked {len(asked.kept)} times for the "
+                          f"{asked.wanted} rows wanted (round.top_up)")
     if batch_ends:
         say(out, f"a round now would cover the pending batch ends "
                  f"{covers_text([b.key for b in batch_ends])}")

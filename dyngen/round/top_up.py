@@ -7,14 +7,15 @@ per step times its steps per round), else none. Each new call gets `context.atte
 ... (generators seed by `context.round_seed`), its rows join the round's, and the filter
 chain runs over all of them again: a later row that repeats an earlier one is a duplicate,
 and the solve-rate stage grades no row twice (`RowFilter.memo`). It stops when enough rows
-are kept, when `max_attempts` calls are spent, or when a call's rows were all duplicates
-(a generator that ignores `context.attempt` writes the same rows again). The version's
+are kept, when `max_attempts` calls are spent, or when a call wrote only rows an earlier
+call wrote (a generator that ignores `context.attempt` writes the same rows again). The version's
 lineage records it under `top_up`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,6 @@ from dyngen.filters.base import FilterOutcome
 from dyngen.round.context import RoundContext
 
 ROWS_WANTED = "dyngen/rows_wanted"  # the batch-end metric a trainer states its draw in
-DUPLICATE = "duplicate"  # the exact-duplicate filter's reason
 
 
 def rows_wanted(cfg: DictConfig, context: RoundContext) -> int:
@@ -54,7 +54,8 @@ class TopUp:
     generator: dict[str, Any] = field(default_factory=dict)  # the first call's lineage
     fanned_out: dict[str, Any] | None = None  # the first call's partitions
     _next: RoundContext | None = None
-    _duplicates: int = 0  # rejected as duplicates before the last call
+    _written: set[str] = field(default_factory=set)  # every row written so far, as JSON
+    _repeated: bool = False  # the last call wrote only rows written before
 
     @classmethod
     def of(cls, cfg: DictConfig, context: RoundContext) -> TopUp:
@@ -79,20 +80,22 @@ class TopUp:
         if self.rows is None:
             self.generator, self.fanned_out = generator, fanned_out
         self.generated.append(len(rows))
+        written = {json.dumps(row, sort_keys=True, default=str) for row in rows.to_list()}
+        self._repeated = written <= self._written  # nothing an earlier call had not written
+        self._written |= written
         self.rows = rows if self.rows is None else union_rows([self.rows, rows])
-        self._duplicates = 0 if self.outcome is None else self.outcome.counts.get(DUPLICATE, 0)
         return self.rows
 
     def filtered(self, outcome: FilterOutcome) -> FilterOutcome:
         """The chain's outcome over every row so far; decides whether to ask again."""
         self.outcome = outcome
         self.kept.append(len(outcome.kept))
-        attempt, new = len(self.kept) - 1, self.generated[-1]
+        attempt = len(self.kept) - 1
         if self.kept[-1] >= self.wanted:
             self.stopped = "enough"
         elif len(self.kept) >= self.max_attempts:
             self.stopped = "budget"
-        elif attempt > 0 and outcome.counts.get(DUPLICATE, 0) - self._duplicates >= new:
+        elif attempt > 0 and self._repeated:
             self.stopped = "repeats"  # the generator wrote nothing new: asking again is futile
         else:
             self._next = dataclasses.replace(self.context, attempt=attempt + 1)
@@ -110,7 +113,7 @@ class TopUp:
         if self.wanted <= 0 or self.stopped == "enough":
             return None
         why = {"budget": f"round.top_up.max_attempts ({self.max_attempts}) calls spent",
-               "repeats": "the generator's last rows were all duplicates of earlier ones: "
+               "repeats": "the generator's last call wrote only rows it had written before: "
                           "does it seed by context.round_seed (or context.attempt)?"}
         return (f"kept {self.kept[-1]} rows of the {self.wanted} wanted after "
                 f"{len(self.kept)} generator calls; {why[self.stopped]}")
