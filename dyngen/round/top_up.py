@@ -80,9 +80,10 @@ class TopUp:
         if self.rows is None:
             self.generator, self.fanned_out = generator, fanned_out
         self.generated.append(len(rows))
-        written = {json.dumps(row, sort_keys=True, default=str) for row in rows.to_list()}
-        self._repeated = written <= self._written  # nothing an earlier call had not written
-        self._written |= written
+        if self.wanted > 0:  # only a round that may ask again compares its calls' rows
+            written = {json.dumps(row, sort_keys=True, default=str) for row in rows.to_list()}
+            self._repeated = written <= self._written  # nothing an earlier call had not written
+            self._written |= written
         self.rows = rows if self.rows is None else union_rows([self.rows, rows])
         return self.rows
 
