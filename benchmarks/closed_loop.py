@@ -308,16 +308,17 @@ def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit", frontier: bool = Fa
                               config=round_config(root, out, sizes))
     trainer.add_callback(callback)
     # The first round, before step 1, measures checkpoint-0 (the base model).
-    first = callback.source.on_batch_end(
+    callback.source.on_batch_end(
         step=0, metrics={ROWS_WANTED: sizes.prompts * sizes.round_every},
         event_id=str(uuid.uuid4()))
-    wait_for_versions(store, name, [first] if mode == "emit" else [])
+    if mode == "emit":
+        wait_for_versions(store, name)
     trainer.train()
     arm.steps = step_rows(recorder, sizes)
     arm.accuracy_end = accuracy(out / f"checkpoint-{sizes.steps}", sizes)
     arm.seconds = time.perf_counter() - started
-    asked = [r for r in callback.results.values() if isinstance(r, str)]  # not recorded-only
-    wait_for_versions(store, name, asked if mode == "emit" else [])
+    if mode == "emit":
+        wait_for_versions(store, name)
     arm.versions = versions_of(store, name)
     from dyngen.difficulty.record import DifficultyBook
 
@@ -329,17 +330,16 @@ def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit", frontier: bool = Fa
     return arm
 
 
-def wait_for_versions(store: Any, name: str, event_ids: list[Any],
-                      timeout: float = 900.0) -> None:
-    """Until every event's round has committed (or `timeout` seconds)."""
+def wait_for_versions(store: Any, name: str, timeout: float = 900.0) -> None:
+    """Until no batch end the trainer wrote into `name`'s inbox is pending (or `timeout`
+    seconds): each covered by a committed version, its own round's or another's that
+    covered it first (its own round then commits nothing: no version carries its event)."""
     deadline = time.monotonic() + timeout
-    for event_id in event_ids:
-        while store.find_idempotency_key(name, f"event:{event_id}") is None:
-            if time.monotonic() > deadline:
-                print(f"warning: the round of event {event_id} did not commit in "
-                      f"{timeout:.0f} s", flush=True)
-                return
-            time.sleep(0.5)
+    while store.pending(name):
+        if time.monotonic() > deadline:
+            print(f"warning: batch ends still pending after {timeout:.0f} s", flush=True)
+            return
+        time.sleep(0.5)
 
 
 def versions_of(store: Any, name: str) -> list[dict[str, Any]]:

@@ -106,7 +106,10 @@ def test_the_trl_callback_records_under_its_run(store: Store, tmp_path: Path,
         [event_id_for(run, s) for s in (1, 2, 3)]
     # The resumed run's step 2 was asked for again: the first batch end's id, nothing new.
     assert resumed.results == {2: event_id_for(run, 2), 3: event_id_for(run, 3)}
-    assert dict(store.batch_end(NAME, run, 2).metrics) == {"loss": 0.5}
+    # The first one's metrics are kept (with the rows a plain Trainer draws before its next
+    # round: per-device batch 8 x 1 step).
+    assert dict(store.batch_end(NAME, run, 2).metrics) == {"loss": 0.5,
+                                                           "dyngen/rows_wanted": 8.0}
 
 
 def test_the_verl_follower_records_under_its_run(store: Store, tmp_path: Path,
