@@ -54,9 +54,25 @@ def _quarantined(store: Store) -> list[dict[str, Any]]:
     return store.load_rejected("sums", 1, round_only=True).to_list()
 
 
+def passes_by_index(records: Path) -> dict[int, int]:
+    """How many of each row's 4 samples the recording reward passed. Rows with index % 3 ==
+    0 always pass and == 1 never do; the others pass on an even-length reply, which
+    llama.cpp's sampling decides (its batching across slots can change a reply's length)."""
+    out: dict[int, int] = {}
+    for s in recorded(records):
+        out[s["index"]] = out.get(s["index"], 0) + (s["score"] >= 1.0)
+    return out
+
+
+def band_counts(records: Path) -> Counter[str]:
+    """The verdicts the band [0.25, 0.75] gives at 4 samples, from what the reward returned."""
+    return Counter("too_easy" if n == 4 else "too_hard" if n == 0 else "kept"
+                   for n in passes_by_index(records).values())
+
+
 def test_committed_rows_carry_their_solve_rate_and_quarantined_ones_their_rate(
         graded_round: tuple[Any, Store, Path, Records]) -> None:
-    state, store, _, _ = graded_round
+    state, store, records, _ = graded_round
     assert state.is_completed(), state.message
     assert verify(store, "sums") == []
     rows, rejected = _new_rows(store), _quarantined(store)
@@ -66,7 +82,10 @@ def test_committed_rows_carry_their_solve_rate_and_quarantined_ones_their_rate(
         assert rate["samples"] == 4 and 1 <= rate["passed"] <= 3
         assert rate["model"] == MODEL_ALIAS and rate["version"]
     reasons = Counter(r["reason"] for r in rejected)
-    assert reasons["too_easy"] == 3 and reasons["too_hard"] == 3  # index % 3 == 0 / == 1
+    expected = band_counts(records)
+    assert reasons["too_easy"] == expected["too_easy"] >= 3  # index % 3 == 0, and any 4/4
+    assert reasons["too_hard"] == expected["too_hard"] >= 3  # index % 3 == 1, and any 0/4
+    assert len(rows) == expected["kept"]
     for r in rejected:
         assert r["reason"] in ("too_easy", "too_hard")
         assert r["detail"] == ("4/4 passed" if r["reason"] == "too_easy" else "0/4 passed")
@@ -92,20 +111,23 @@ def test_each_rows_passed_is_what_the_reward_function_returned_for_it(
 
 def test_lineage_records_the_policy_band_tokens_and_histogram_without_the_key(
         graded_round: tuple[Any, Store, Path, Records], llama: LlamaServer) -> None:
-    state, store, _, log = graded_round
+    state, store, records, log = graded_round
     lineage = store.head("sums").lineage
     stage = lineage["solve_rate"]
     assert stage["endpoint"] == f"127.0.0.1:{llama.port}"
     assert stage["samples"] == 4 and stage["keep"] == [0.25, 0.75]
     assert stage["graded"] == 9 and sum(stage["histogram"]) == 9
-    assert stage["histogram"][0] == 3 and stage["histogram"][4] == 3
-    assert stage["too_easy"] == 3 and stage["too_hard"] == 3
+    passes = list(passes_by_index(records).values())
+    assert stage["histogram"] == [passes.count(k) for k in range(5)]
+    expected = band_counts(records)
+    assert stage["too_easy"] == expected["too_easy"] and stage["too_hard"] == expected["too_hard"]
     assert stage["kept"] == lineage["counts"]["kept"]
     assert stage["completion_tokens"] > 0 and stage["seconds"] > 0
     # llama.cpp answers n choices but counts one's tokens: dyngen asks n one-sample requests.
     assert stage["n_in_one_request"] is False and stage["requests"] == 9
     assert stage["http_requests"] >= 36
-    assert lineage["counts"]["rejected"] == {"too_easy": 3, "too_hard": 3}
+    assert lineage["counts"]["rejected"] == {"too_easy": expected["too_easy"],
+                                             "too_hard": expected["too_hard"]}
     # The solve-rate filter is the filter stage's last: its seconds are part of the stage's.
     assert lineage["timings"]["filter"] >= stage["seconds"]
     _assert_key_nowhere(state, store, log.lines)
