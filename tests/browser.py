@@ -32,8 +32,8 @@ def render(url: str, profile: Path, expect: list[str], attempts: int = 3,
     dom = ""
     for attempt in range(attempts):
         budget = f"--virtual-time-budget={VIRTUAL_MS * 2 ** attempt}"
-        out = subprocess.run([chromium(), *CHROMIUM_FLAGS, budget, "--window-size=1400,1000", *flags,
-                              f"--user-data-dir={profile}{attempt}", "--dump-dom", url],
+        out = subprocess.run([chromium(), *CHROMIUM_FLAGS, budget, "--window-size=1400,1000",
+                              *flags, f"--user-data-dir={profile}{attempt}", "--dump-dom", url],
                              capture_output=True, text=True, timeout=180)
         assert out.returncode == 0, out.stderr[-2000:]
         dom = out.stdout

@@ -7,12 +7,15 @@ Each row of the version the trainer reads is weighted by
 
 and weighs nothing when it is retired, when its newest observation is more than
 `max_age_steps` older than the newest step observed, or when it was never observed (unless
-`unmeasured`). A block of rows is drawn without replacement by weight, with a generator
+`unmeasured`). The record is the version's, and (`inbox`, the default) the batch ends the
+store's inbox holds that no version covers yet: each group the trainer saw at step s counts
+from s on, not from the commit of the round that covers it (dyngen.difficulty.pending).
+A block of rows is drawn without replacement by weight, with a generator
 seeded by (seed, block), skipping rows already drawn since the record last changed (a
-round's new observations) while others are left: so the draw is deterministic from the
-seed and the versions read, and `state_dict` / `load_state_dict` resume it exactly. With
-no row to draw (no round has measured anything yet), it draws every row not retired
-uniformly and says so once.
+round's new observations, a new batch end) while others are left: so the draw is
+deterministic from the seed, the versions and the batch ends read, and `state_dict` /
+`load_state_dict` resume it exactly. With no row to draw (no round has measured anything
+yet), it draws every row not retired uniformly and says so once.
 
 `fresh_first` is the sampler dyngen had before, kept by name as the baseline: rows new since
 the last version first, then seeded passes over every row (dyngen.trainers.row_stream).
@@ -21,11 +24,13 @@ the last version first, then seeded passes over every row (dyngen.trainers.row_s
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dyngen.difficulty.pending import PendingBatchEnds
 from dyngen.difficulty.record import DifficultyBook
 from dyngen.errors import ConfigError
 from dyngen.store.keys import prompt_keys
@@ -44,8 +49,15 @@ class FrontierSampler:
     recency_half_life: float = 2.0
     half_life_steps: float = 4.0  # of the posterior's evidence (round.difficulty's)
     unmeasured: bool = False  # draw rows never observed (at the prior's weight)
+    inbox: bool = True  # weigh the batch ends no version covers yet, too
+    pass_threshold: float = 1.0  # a trainer's completion passes at this score (as a round's)
 
     def __post_init__(self) -> None:
+        if isinstance(self.pass_threshold, bool) or not isinstance(
+                self.pass_threshold, (int, float)) or not math.isfinite(self.pass_threshold):
+            raise ConfigError("FrontierSampler.pass_threshold: expected a finite number (the "
+                              "score at which a completion passes, as "
+                              f"round.solve_rate.pass_threshold), found {self.pass_threshold!r}.")
         for name, value, ok in (("group", self.group, self.group >= 2),
                                 ("max_age_steps", self.max_age_steps, self.max_age_steps >= 0),
                                 ("recency_half_life", self.recency_half_life,
@@ -102,8 +114,12 @@ class FrontierPlan:
 
     def __init__(self, seed: int, sampler: FrontierSampler, store: Any, dataset: str) -> None:
         self.seed, self.sampler, self.store, self.dataset = seed, sampler, store, dataset
-        self.book = DifficultyBook()
+        self.record = DifficultyBook()  # as of the version read
+        self.book = self.record  # what rows are weighed by: the record and `folded`
+        self.pending = PendingBatchEnds(store, dataset, sampler.pass_threshold)
+        self.folded: list[tuple[str, int]] = []  # the pending batch ends `book` adds
         self.keys = np.zeros(0, dtype=np.uint64)
+        self.known: set[int] = set()
         self.weights = np.zeros(0)
         self.drawn: set[int] = set()
         self.block = 0
@@ -112,13 +128,31 @@ class FrontierPlan:
     def update(self, old: Any, new: Any, extends: bool, data: Any = None) -> None:
         """Read version `new` (its rows `data`): new rows' keys, the record up to it."""
         if old is None or not extends:
-            self.book, self.keys = DifficultyBook(), np.zeros(0, dtype=np.uint64)
+            self.record, self.keys, self.known = DifficultyBook(), np.zeros(0, np.uint64), set()
         if data is not None and len(self.keys) < new.rows:
             column = new.prompt_key if new.prompt_key in data.column_names else "prompt"
-            fresh = data.select(range(len(self.keys), new.rows))[column]
-            self.keys = np.concatenate([self.keys, prompt_keys(list(fresh))])
-        if self.book.advance(self.store, self.dataset, new.version) or old is None:
+            fresh = prompt_keys(list(data.select(range(len(self.keys), new.rows))[column]))
+            self.keys = np.concatenate([self.keys, fresh])
+            self.known.update(fresh.tolist())
+        if self.record.advance(self.store, self.dataset, new.version) or old is None:
             self.drawn = set()
+        self.book = self.record  # `fold` adds the pending batch ends again
+        self.weights = self.weigh()
+
+    def pending_at(self, version: int) -> list[tuple[str, int]]:
+        """The batch ends to weigh beside version `version`'s record (none without `inbox`)."""
+        return self.pending.keys(version) if self.sampler.inbox else []
+
+    def fold(self, keys: list[Any]) -> None:
+        """Weigh rows by the record and the pending batch ends `keys` names."""
+        folded = sorted((str(run), int(step)) for run, step in keys)
+        if folded == self.folded and (self.book is not self.record or not folded):
+            return
+        if folded != self.folded:
+            self.drawn = set()  # the record changed
+        observed = self.pending.observations(folded, self.known)
+        self.book = self.record.overlaid(observed) if observed else self.record
+        self.folded = folded
         self.weights = self.weigh()
 
     def weigh(self) -> np.ndarray:
@@ -163,10 +197,13 @@ class FrontierPlan:
                 "last_step": post.last_step, "weight": round(float(self.weights[index]), 6)}
 
     def state_dict(self) -> dict[str, Any]:
-        """What resuming needs: the blocks drawn, and which rows since the record changed."""
-        return {"block": self.block, "drawn": sorted(self.drawn), "version": self.book.version}
+        """What resuming needs: the blocks drawn, which rows since the record changed, and
+        the pending batch ends weighed."""
+        return {"block": self.block, "drawn": sorted(self.drawn),
+                "version": self.record.version, "pending": [list(k) for k in self.folded]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue as the plan that saved `state` would (after update to its version)."""
+        self.fold(state.get("pending") or [])
         self.block = int(state["block"])
         self.drawn = {int(i) for i in state["drawn"]}

@@ -80,14 +80,19 @@ def rollouts_by_step(context: Any) -> list[tuple[int, Sequence[Any]]]:
 def trainer_groups(rollouts: Iterable[tuple[int, Sequence[Any]]], threshold: float
                    ) -> list[tuple[int, Any, int, int]]:
     """(step, prompt, passed, samples) of each prompt's completions at each step."""
-    out = []
-    for step, lines in rollouts:
-        groups: dict[int, tuple[Any, list[float]]] = {}
-        for r in lines:
-            groups.setdefault(prompt_key(r.prompt), (r.prompt, []))[1].append(float(r.score))
-        for prompt, scores in groups.values():
-            out.append((step, prompt, sum(s >= threshold for s in scores), len(scores)))
-    return out
+    return [(step, *group) for step, lines in rollouts
+            for group in prompt_groups(((r.prompt, r.score) for r in lines), threshold)]
+
+
+def prompt_groups(scored: Iterable[tuple[Any, float]], threshold: float
+                  ) -> list[tuple[Any, int, int]]:
+    """(prompt, passed, samples) of each prompt's completions, from (prompt, score) pairs;
+    a completion passes when its score is at least `threshold`."""
+    groups: dict[int, tuple[Any, list[float]]] = {}
+    for prompt, score in scored:
+        groups.setdefault(prompt_key(prompt), (prompt, []))[1].append(float(score))
+    return [(prompt, sum(s >= threshold for s in scores), len(scores))
+            for prompt, scores in groups.values()]
 
 
 def sources_of(data: Any, prompt_column: str, questions: set[str]) -> dict[int, str]:

@@ -18,7 +18,7 @@ import io
 import json
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -197,6 +197,16 @@ class DifficultyBook:
             if o.kind == "band":
                 self.band[o.key] = e
             self.now = max(self.now, o.step)
+
+    def overlaid(self, observations: Iterable[Observation]) -> DifficultyBook:
+        """A book with `observations` added to this one's, which is left as it was."""
+        obs = list(observations)
+        out = replace(self, evidence=dict(self.evidence), sources=dict(self.sources),
+                      band=dict(self.band), retired=dict(self.retired), warned=set(self.warned))
+        for key in {o.key for o in obs}:  # the lists `add` extends: copies, not this book's
+            out.evidence[key] = list(self.evidence.get(key, ()))
+        out.add(obs)
+        return out
 
     def estimate(self, key: int, half_life: float, now: int | None = None) -> Posterior:
         """The row's posterior at `now` (the newest step observed by default)."""

@@ -12,8 +12,9 @@ Several ranks reading one stream agree on each block's version (see `_Agreement`
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,14 @@ class RowStream:
                                       FrontierPlan(self.seed, self.sampler, store, self.dataset))
         data, record = None, None
         block = 0
+        def decide() -> dict[str, Any]:  # the head, and the batch ends pending at it
+            head = store.head(self.dataset).version
+            pending = plan.pending_at(head) if isinstance(plan, FrontierPlan) else []
+            return {"version": head, "pending": [list(k) for k in pending]}
+
         while True:
-            version = agree.version(block, lambda: store.head(self.dataset).version)
+            agreed = agree.decide(block, decide)
+            version = int(agreed["version"])
             if record is None or version != record.version:
                 new_record = store.record(self.dataset, version)
                 data = store.load(self.dataset, version)
@@ -63,6 +70,8 @@ class RowStream:
                     self.dataset, record.version, new_record.version), data)
                 record = new_record
             assert data is not None
+            if isinstance(plan, FrontierPlan):
+                plan.fold(agreed["pending"])
             prompt_key = record.prompt_key
             for j, index in enumerate(plan.take(self.block_rows, len(data))):
                 row = data[int(index)]
@@ -107,7 +116,8 @@ class _Plan:
 
 
 class _Agreement:
-    """Which version each block reads: the head on one rank; written down for many."""
+    """Which version each block reads (and which pending batch ends the frontier sampler
+    weighs): the head on one rank; written down for many."""
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
@@ -124,22 +134,22 @@ class _Agreement:
                               "rank must read the same version per block to see the same rows.")
         return cls(rollouts_dir(store_root, dataset, run_id) / "blocks")
 
-    def version(self, block: int, head: Any) -> int:
-        """The version block `block` reads: the first rank to get there decides."""
+    def decide(self, block: int, decide: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """What block `block` reads: the first rank to get there decides."""
         if self.folder is None:
-            return int(head())
+            return decide()
         path = self.folder / f"{block:012d}"
         if not path.exists():
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = self.folder / f".{block:012d}.{os.getpid()}.tmp"
-            tmp.write_text(str(int(head())))
+            tmp.write_text(json.dumps(decide()))
             try:
                 os.link(tmp, path)  # exclusive: exactly one rank's choice lands
             except FileExistsError:
                 pass
             finally:
                 tmp.unlink()
-        return int(path.read_text())
+        return dict(json.loads(path.read_text()))
 
 
 def _world_size() -> int:
