@@ -82,6 +82,7 @@ class VerlDyngenDataset(RLHFDataset):
     _tracked = False  # whether epochs were followed (verl called on_batch_end)
     _slots: np.ndarray | None = None  # the frontier sampler's row for each index
     _book: DifficultyBook | None = None  # the difficulty record, as of the version served
+    _keys: np.ndarray | None = None  # the prompt keys of the rows weighed so far, in order
 
     def __init__(self, data_files: str | list[str], tokenizer: Any, config: DictConfig,
                  processor: Any = None, max_samples: int = -1) -> None:
@@ -132,7 +133,7 @@ class VerlDyngenDataset(RLHFDataset):
         frame = self.source.data if version == self.source.version else store.load(name, version)
         logger.info("dyngen: %r version %d has %d rows", name, version, len(frame))
         self.dataframe = self.maybe_filter_out_long_prompts(self._max_samples(frame, version))
-        self._version = version
+        self._version, self._keys = version, None  # rows read afresh: keyed afresh
         self._epoch = {"version": version, "rows": len(self.dataframe), "first_step": first_step}
         self._reweigh()
         return None
@@ -279,7 +280,13 @@ class VerlDyngenDataset(RLHFDataset):
         else:  # the versions since the last one weighed
             book.advance(self.source.store, self.source.name, self._version)
         self._book = book
-        keys = prompt_keys(list(self.dataframe[self.prompt_key]))
+        keys, rows = self._keys, len(self.dataframe)
+        if keys is None or len(keys) > rows:
+            keys = np.zeros(0, dtype=np.uint64)
+        if len(keys) < rows:  # rows only ever join at the end: key the new ones
+            added = self.dataframe.select(range(len(keys), rows))[self.prompt_key]
+            keys = np.concatenate([keys, prompt_keys(list(added))])
+        self._keys = keys
         seed = [int(self.dyngen_settings["seed"]), self._version]
         self._slots = weighted_slots(frontier_weights(book, keys, sampler), seed)
         if self._slots is None:

@@ -48,6 +48,25 @@ def test_the_frontier_fills_verls_indices_with_measured_rows_by_weight(
     assert set(served(other)) <= {1, 2, 3} and served(other) != served(ds)  # another seed
 
 
+def test_rows_a_new_version_adds_and_measures_are_weighed_where_they_join(
+        tmp_path: Path, qwen_tokenizer: Any) -> None:
+    cfg = verl_config(tmp_path, sampler="frontier")
+    train_set(cfg, qwen_tokenizer)
+    measured(tmp_path / "store", at_edge=[1], all_right=[])
+    ds = train_set(cfg, qwen_tokenizer)
+    assert set(served(ds)) == {1}
+    # A round adds two rows, measures one of them at the edge and row 1 as all right since.
+    store = Store(tmp_path / "store")
+    obs = [Observation(prompt_key(verl_row(i)["prompt"]), 9, p, 8) for i, p in
+           ((950, 4), (1, 8))]
+    store.append(NAME, verl_rows(2, start=950),
+                 lineage={LINEAGE_KEY: {"observations": write_observations(store, NAME, obs)}})
+    assert ds.refresh() and ds.version == 2 and len(ds) == 10
+    drawn = Counter(served(ds))
+    assert set(drawn) <= {1, 950} and drawn[950] > 0  # row 951: never measured
+    assert served(train_set(cfg, qwen_tokenizer)) == served(ds)  # read afresh: the same draw
+
+
 def test_verls_own_order_while_nothing_is_measured_and_by_default(
         tmp_path: Path, qwen_tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
