@@ -134,9 +134,10 @@ class DifficultyBook:
     def at(cls, store: Any, dataset: str, version: int) -> DifficultyBook:
         """The book as of `version`: from the newest snapshot within SNAPSHOT_REACH
         versions of it, if any, then folded forward."""
-        book = cls()
+        book, seen = cls(), {}  # the entries read looking back, not read again going on
         for v in range(version, max(-1, version - SNAPSHOT_REACH), -1):
-            ref = (_entry(store, dataset, v) or {}).get("snapshot")
+            seen[v] = _entry(store, dataset, v)
+            ref = (seen[v] or {}).get("snapshot")
             # Made on top of the version before: a round whose commit was rebased over a
             # rival's made it without the rival's entry, and it is passed over.
             if ref and ref.get("parent") == v - 1:
@@ -146,7 +147,7 @@ class DifficultyBook:
                 book.warned = set(marks["warned"])
                 book.version = book.snapshot = v
                 break
-        book.advance(store, dataset, version)
+        book.advance(store, dataset, version, seen)
         return book
 
     def write_snapshot(self, store: Any, dataset: str) -> dict[str, Any] | None:
@@ -159,12 +160,13 @@ class DifficultyBook:
                  "warned": sorted(self.warned)}
         return write_observations(store, dataset, observations, marks)
 
-    def advance(self, store: Any, dataset: str, version: int) -> bool:
-        """Fold in the versions after the last one folded, up to `version`; whether any
-        difficulty entry changed the book."""
+    def advance(self, store: Any, dataset: str, version: int,
+                read: Mapping[int, Mapping[str, Any] | None] | None = None) -> bool:
+        """Fold in the versions after the last one folded, up to `version` (their entries
+        from `read` where it has them); whether any difficulty entry changed the book."""
         changed = False
         for v in range(self.version + 1, version + 1):
-            entry = _entry(store, dataset, v)
+            entry = read[v] if read and v in read else _entry(store, dataset, v)
             if entry is not None:
                 self.apply(entry, store, dataset)
                 changed = True
