@@ -35,12 +35,11 @@ class PendingBatchEnds:
         self._step: dict[Key, int] = {}
 
     def keys(self, version: int) -> list[Key]:
-        """The pending batch ends at `version`, by (run, step)."""
-        out = []
-        for entry in self.store.pending(self.dataset, version=version):
-            if entry.key not in self._read:
-                self._remember(entry)
-            out.append(entry.key)
+        """The pending batch ends at `version`, by (run, step) (listed, not read); what was
+        read of those covered since is let go."""
+        out = self.store.pending_keys(self.dataset, version)
+        for gone in set(self._read) - set(out):
+            del self._read[gone], self._step[gone]
         return out
 
     def observations(self, keys: Iterable[Sequence[Any]], known: set[int]

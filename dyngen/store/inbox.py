@@ -263,17 +263,20 @@ def steps(backend: Backend, dataset: str, run: str) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+def entry_keys(backend: Backend, dataset: str, covered: Covered | None = None) -> list[Key]:
+    """(run, step) of every entry (or, given `covered`, of the pending ones: those it does
+    not hold), ascending; listed, none read."""
+    return [(run, step) for run in sorted(runs(backend, dataset))
+            for step in steps(backend, dataset, run)
+            if covered is None or (run, step) not in covered]
+
+
 def entries(backend: Backend, dataset: str, covered: Covered | None = None) -> list[BatchEnd]:
     """Every entry (or, given `covered`, the pending ones: those it does not hold), by
     (run, step); only those are read."""
-    out = []
-    for run in sorted(runs(backend, dataset)):
-        for step in steps(backend, dataset, run):
-            if covered is None or (run, step) not in covered:
-                entry = read_entry(backend, dataset, run, step)
-                if entry is not None:
-                    out.append(entry)
-    return out
+    found = (read_entry(backend, dataset, run, step)
+             for run, step in entry_keys(backend, dataset, covered))
+    return [entry for entry in found if entry is not None]
 
 
 def orphans(backend: Backend, dataset: str) -> list[str]:

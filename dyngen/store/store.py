@@ -140,6 +140,11 @@ class Store(StoreWriter):
             return inbox.entries(self.backend, name, EMPTY)
         return inbox.entries(self.backend, name, self.state(name, version).covered)
 
+    def pending_keys(self, name: str, version: int) -> list[tuple[str, int]]:
+        """(run, step) of each inbox entry no version up to `version` covers, ascending;
+        listed, not read."""
+        return inbox.entry_keys(self.backend, name, self.state(name, version).covered)
+
     def covering_version(self, name: str, run: str, step: int,
                          version: int | None = None) -> int | None:
         """The version (up to `version`, the head by default) that covers (run, step)."""

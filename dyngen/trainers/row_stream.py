@@ -55,6 +55,7 @@ class RowStream:
                                       FrontierPlan(self.seed, self.sampler, store, self.dataset))
         data, record = None, None
         block = 0
+
         def decide() -> dict[str, Any]:  # the head, and the batch ends pending at it
             head = store.head(self.dataset).version
             pending = plan.pending_at(head) if isinstance(plan, FrontierPlan) else []

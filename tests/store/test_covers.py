@@ -49,6 +49,8 @@ def test_a_version_covers_what_is_pending_and_it_stops_being_pending(
     fresh = open_store()
     assert keys(fresh.pending("ds")) == [("b", 6)]
     assert keys(fresh.pending("ds", version=0)) == [("a", 1), ("a", 2), ("b", 5), ("b", 6)]
+    assert fresh.pending_keys("ds", 1) == [("b", 6)]  # listed only: the frontier's cheap look
+    assert fresh.pending_keys("ds", 0) == keys(fresh.pending("ds", version=0))
     assert fresh.covering_version("ds", "a", 2) == 1
     assert fresh.covering_version("ds", "b", 6) is None
     assert fresh.covering_version("ds", "a", 2, version=0) is None

@@ -119,6 +119,8 @@ def inbox_machine(open_store: Callable[[], Callable[..., Store]]) -> type[RuleBa
             """A round reads what is pending and writes its rows, not yet committed."""
             covers = tuple(e.key for e in self.stores[which].pending(NAME))
             assert list(covers) == self.pending_keys()
+            store = self.stores[which]
+            assert store.pending_keys(NAME, store.head_version(NAME)) == list(covers)
             key = f"round:{uuid.uuid4().hex[:8]}" if keyed else None
             pending = self.stores[which].prepare_append(
                 NAME, verl_rows(1, start=self.clock), covers=covers, idempotency_key=key)
