@@ -42,6 +42,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from dyngen.difficulty.frontier import frontier_weights, weighted_slots
 from dyngen.difficulty.record import DifficultyBook
 from dyngen.errors import DatasetExistsError
+from dyngen.round.top_up import ROWS_WANTED
 from dyngen.store import Store
 from dyngen.store.keys import prompt_keys
 from dyngen.trainers.dataset import DyngenDataset
@@ -301,7 +302,10 @@ class VerlDyngenDataset(RLHFDataset):
     def on_batch_end(self, batch: Any = None) -> str | dict[str, Any] | None:
         """verl's hook after a training batch: ask for a round, then append new rows.
 
-        Returns the event id (emit), the round's summary (inline) or None. Raises only where
+        The metrics state `dyngen/rows_wanted`, the prompts verl draws before the next
+        round (its batch size × every_n_batches), so a round short of them asks its
+        generator again (round.top_up). Returns the event id (emit), the round's summary
+        (inline) or None. Raises only where
         an inline round cannot start (see `DyngenDataset.on_batch_end`): verl's trainer stops
         with dyngen's message rather than training on a dataset that never grows.
         """
@@ -312,6 +316,8 @@ class VerlDyngenDataset(RLHFDataset):
         except Exception as exc:
             logger.warning("dyngen: no metrics from the batch (%s: %s)", type(exc).__name__, exc)
             metrics = None
+        if (size := self._batch_size()) and metrics is not None:  # prompts before next round
+            metrics = {**metrics, ROWS_WANTED: float(size * self.source.every_n_batches)}
         step = global_step(batch)
         try:
             result = self.source.on_batch_end(batch, step=step, metrics=metrics)

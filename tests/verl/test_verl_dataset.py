@@ -30,6 +30,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
 import dyngen.trainers.events as events
 from dyngen.errors import GeneratorClassNotFoundError, GeneratorNotFoundError
+from dyngen.round.top_up import ROWS_WANTED
 from dyngen.store import Store, gc
 from dyngen.trainers.verl_dataset import VerlDyngenDataset
 from tests.rows import verl_row, verl_rows
@@ -154,7 +155,8 @@ def test_on_batch_end_emits_metrics_derived_from_the_batch(
                         lambda name, step, metrics=None, rollouts=None, **_:
                         sent.append((name, step, metrics)) or "evt-7")
     assert ds.on_batch_end(batch=batch) == "evt-7"  # ray_trainer.py: on_batch_end(batch=batch)
-    assert sent == [(NAME, 7, expected)]
+    # and the prompts verl draws before the next round: its batch size, 2, every batch
+    assert sent == [(NAME, 7, {**expected, ROWS_WANTED: 2.0})]
 
 
 def test_metrics_fall_back_to_the_reward_functions_score(
