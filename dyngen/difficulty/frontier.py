@@ -3,9 +3,15 @@
 Each row of the version the trainer reads is weighted by
 
     P(a group of `group` completions has mixed rewards)  (from the row's posterior)
-  × 0.5 ** (age / recency_half_life)                      (age: steps since it was observed)
+  [× 0.5 ** (age / recency_half_life), when set]          (age: steps since it was observed)
 
-and weighs nothing when it is retired, when its newest observation is more than
+where the posterior counts evidence `half_life_steps` old at half weight: by default one
+step, so a row's newest group says most, and a row not seen for a while falls back toward
+the prior. That is how recency enters by default. In the closed-loop benchmark a GRPO step
+moves a row it trains on, so the row's group two steps ago predicted its next group better
+than its older evidence did. A separate recency factor favoured rows the trainer had just
+trained on, which were the likeliest to have become all right (docs/benchmarks.md). A row
+weighs nothing when it is retired, when its newest observation is more than
 `max_age_steps` older than the newest step observed, or when it was never observed (unless
 `unmeasured`). The record is the version's, and (`inbox`, the default) the batch ends the
 store's inbox holds that no version covers yet: each group the trainer saw at step s counts
@@ -46,27 +52,30 @@ class FrontierSampler:
 
     group: int = 8
     max_age_steps: int = 8
-    recency_half_life: float = 2.0
-    half_life_steps: float = 4.0  # of the posterior's evidence (round.difficulty's)
+    recency_half_life: float | None = None  # None: no factor beyond the posterior's
+    half_life_steps: float = 1.0  # of the posterior's evidence
     unmeasured: bool = False  # draw rows never observed (at the prior's weight)
     inbox: bool = True  # weigh the batch ends no version covers yet, too
     pass_threshold: float = 1.0  # a trainer's completion passes at this score (as a round's)
 
     def __post_init__(self) -> None:
-        if isinstance(self.pass_threshold, bool) or not isinstance(
-                self.pass_threshold, (int, float)) or not math.isfinite(self.pass_threshold):
-            raise ConfigError("FrontierSampler.pass_threshold: expected a finite number (the "
-                              "score at which a completion passes, as "
-                              f"round.solve_rate.pass_threshold), found {self.pass_threshold!r}.")
-        for name, value, ok in (("group", self.group, self.group >= 2),
-                                ("max_age_steps", self.max_age_steps, self.max_age_steps >= 0),
-                                ("recency_half_life", self.recency_half_life,
-                                 self.recency_half_life > 0),
-                                ("half_life_steps", self.half_life_steps,
-                                 self.half_life_steps > 0)):
-            if isinstance(value, bool) or not ok:
-                raise ConfigError(f"FrontierSampler.{name}: expected a positive number "
-                                  f"({'>= 2' if name == 'group' else '> 0'}), found {value!r}.")
+        whole, positive = (int,), (int, float)
+        for name, kinds, ok, expected in (
+                ("group", whole, lambda v: v >= 2, "a whole number >= 2"),
+                ("max_age_steps", whole, lambda v: v >= 0, "a whole number of steps >= 0"),
+                ("half_life_steps", positive, lambda v: v > 0, "a number of steps > 0"),
+                ("recency_half_life", positive, lambda v: v > 0,
+                 "a number of steps > 0, or None for no recency factor"),
+                ("pass_threshold", positive, lambda v: True,
+                 "a finite number (the score at which a completion passes, as "
+                 "round.solve_rate.pass_threshold)")):
+            value = getattr(self, name)
+            if name == "recency_half_life" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, kinds) \
+                    or not math.isfinite(value) or not ok(value):
+                raise ConfigError(f"FrontierSampler.{name}: expected {expected}, found "
+                                  f"{value!r}.")
 
 
 def sampler_of(value: Any) -> FrontierSampler | None:
@@ -96,7 +105,8 @@ def frontier_weights(book: DifficultyBook, keys: np.ndarray, s: FrontierSampler)
             continue
         age = book.now - post.last_step
         if age <= s.max_age_steps:
-            out[i] = post.mixed_chance(s.group) * 0.5 ** (age / s.recency_half_life)
+            recency = 1.0 if s.recency_half_life is None else 0.5 ** (age / s.recency_half_life)
+            out[i] = post.mixed_chance(s.group) * recency
     return out
 
 

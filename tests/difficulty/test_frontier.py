@@ -101,8 +101,14 @@ def test_a_sampler_is_named_or_refused_saying_what_is_expected() -> None:
     assert sampler_of({"group": 4}).group == 4
     with pytest.raises(ConfigError, match="expected one of fresh_first, frontier"):
         sampler_of("newest")
-    with pytest.raises(ConfigError, match="group: expected a positive number"):
-        FrontierSampler(group=1)
+    for bad in ({"group": 1}, {"group": "8"}, {"group": 8.0}, {"max_age_steps": -1},
+                {"half_life_steps": 0}, {"half_life_steps": float("nan")},
+                {"recency_half_life": 0}, {"recency_half_life": "2"},
+                {"pass_threshold": float("inf")}, {"pass_threshold": True}):
+        name = next(iter(bad))
+        with pytest.raises(ConfigError, match=f"FrontierSampler.{name}: expected .*found"):
+            FrontierSampler(**bad)
+    assert FrontierSampler(recency_half_life=None).recency_half_life is None  # the default
 
 
 def test_the_stream_draws_by_the_record_and_shows_each_rows_estimate(store: Store) -> None:
@@ -138,3 +144,18 @@ def test_a_version_without_rows_gives_no_rows_and_does_not_hang(tmp_path: Path) 
     plan = plan_for(store, FrontierSampler())
     assert plan.take(4, 0) == [] and plan.take(0, 2) == []
     assert sorted(plan.take(4, 2)) == [0, 0, 1, 1]  # two rows, four draws: each twice
+
+
+def test_a_rows_newest_group_outweighs_its_older_evidence(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s")
+    store.create("ds", verl_rows(4))
+    # Rows 0 and 1 saw the same groups in opposite order; rows 2 and 3 likewise.
+    observe(store, [Observation(key(0), 10, 4, 8), Observation(key(0), 12, 8, 8),
+                    Observation(key(1), 10, 8, 8), Observation(key(1), 12, 4, 8),
+                    Observation(key(2), 10, 4, 8), Observation(key(2), 12, 0, 8),
+                    Observation(key(3), 10, 0, 8), Observation(key(3), 12, 4, 8)])
+    w = plan_for(store, FrontierSampler()).weights
+    assert w[1] > w[0] + 0.2 and w[3] > w[2] + 0.2  # mixed last time: likelier mixed next
+    # Old evidence counting as much as new (a long half-life), the order hardly matters.
+    flat = plan_for(store, FrontierSampler(half_life_steps=1000.0)).weights
+    assert abs(flat[1] - flat[0]) < 0.01 and abs(flat[3] - flat[2]) < 0.01
