@@ -247,8 +247,11 @@ def test_verls_parallel_filter_writes_no_file_beside_the_shards(
 def test_inline_mode_runs_the_round_in_the_trainer_and_serves_its_rows(
         tmp_path: Path, qwen_tokenizer: Any) -> None:
     datagen = {"path": "pkg://tests.flows.gens", "name": "AddNewRows", "start": 100, "n": 2}
+    # One generator call: AddNewRows writes the same rows whatever the attempt, so asking
+    # again for the 4 rows verl draws before the next round (2 a batch) only repeats them.
     cfg = verl_config(tmp_path, mode="inline", every_n_batches=2,
-                      config={"data": {"datagen": datagen}, "round": {"retries": 0}})
+                      config={"data": {"datagen": datagen},
+                              "round": {"retries": 0, "top_up": {"max_attempts": 1}}})
     ds = train_set(cfg, qwen_tokenizer)
     batch = DataProto.from_single_dict(next(iter(dataloader(cfg, ds))))
     assert ds.on_batch_end(batch=scored(batch, [1.0, 0.0], 1)) is None  # batch 1 of every 2
@@ -260,7 +263,11 @@ def test_inline_mode_runs_the_round_in_the_trainer_and_serves_its_rows(
     lineage = Store(cfg.data.dyngen.root).head(NAME).lineage
     assert lineage["trigger"]["step"] == 2
     assert lineage["trigger"]["metrics"] == {"score/mean": 1.0, "score/max": 1.0,
-                                             "score/min": 1.0, "acc/mean": 1.0}
+                                             "score/min": 1.0, "acc/mean": 1.0,
+                                             ROWS_WANTED: 4.0}
+    # verl's 4 rows reached the round: it kept 2, with one call allowed, and says so
+    assert (lineage["top_up"]["wanted"], lineage["top_up"]["kept"]) == (4, [2])
+    assert lineage["top_up"]["stopped"] == "budget"
 
 
 @pytest.mark.usefixtures("prefect_server")
