@@ -59,14 +59,14 @@ class FrontierSampler:
     pass_threshold: float = 1.0  # a trainer's completion passes at this score (as a round's)
 
     def __post_init__(self) -> None:
-        whole, positive = (int,), (int, float)
+        whole, number = (int,), (int, float)
         for name, kinds, ok, expected in (
                 ("group", whole, lambda v: v >= 2, "a whole number >= 2"),
                 ("max_age_steps", whole, lambda v: v >= 0, "a whole number of steps >= 0"),
-                ("half_life_steps", positive, lambda v: v > 0, "a number of steps > 0"),
-                ("recency_half_life", positive, lambda v: v > 0,
+                ("half_life_steps", number, lambda v: v > 0, "a number of steps > 0"),
+                ("recency_half_life", number, lambda v: v > 0,
                  "a number of steps > 0, or None for no recency factor"),
-                ("pass_threshold", positive, lambda v: True,
+                ("pass_threshold", number, lambda v: True,
                  "a finite number (the score at which a completion passes, as "
                  "round.solve_rate.pass_threshold)")):
             value = getattr(self, name)

@@ -31,15 +31,14 @@ class PendingBatchEnds:
 
     def __init__(self, store: Any, dataset: str, threshold: float = 1.0) -> None:
         self.store, self.dataset, self.threshold = store, dataset, threshold
-        self._read: dict[Key, list[tuple[Any, int, int]]] = {}  # key -> its groups
-        self._step: dict[Key, int] = {}
+        self._read: dict[Key, list[tuple[Any, int, int]]] = {}  # (run, step) -> its groups
 
     def keys(self, version: int) -> list[Key]:
         """The pending batch ends at `version`, by (run, step) (listed, not read); what was
         read of those covered since is let go."""
         out = self.store.pending_keys(self.dataset, version)
         for gone in set(self._read) - set(out):
-            del self._read[gone], self._step[gone]
+            del self._read[gone]
         return out
 
     def observations(self, keys: Iterable[Sequence[Any]], known: set[int]
@@ -53,7 +52,7 @@ class PendingBatchEnds:
                 if entry is None:  # named by another rank, then swept: nothing to weigh
                     continue
                 self._remember(entry)
-            out += [Observation(k, self._step[key], passed, samples)
+            out += [Observation(k, key[1], passed, samples)
                     for prompt, passed, samples in self._read[key]
                     if (k := prompt_key(prompt)) in known]
         return out
@@ -66,7 +65,6 @@ class PendingBatchEnds:
             rollouts = []
         scored = [(r["prompt"], float(r["score"])) for r in rollouts if _scored(r)]
         self._read[entry.key] = prompt_groups(scored, self.threshold)
-        self._step[entry.key] = int(entry.step)
 
 
 def _scored(rollout: Any) -> bool:
