@@ -14,7 +14,8 @@ import pytest
 
 from dyngen.config import load_config
 from dyngen.errors import ConfigError, RolloutsError
-from dyngen.round.rollouts import RolloutsPolicy, parse_rollouts
+from dyngen.rollout_format import parse_rollouts
+from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.trainers.rollouts import rollouts_dir
 
 SECRET = "SECRET_TOKEN=sk-live-5f0c2a9e77d41b3c"

@@ -12,11 +12,12 @@ import pytest
 
 from dyngen.errors import RolloutsError, TriggerError
 from dyngen.filters.base import FilterOutcome
+from dyngen.rollout_format import Rollout
 from dyngen.round import round_inputs
 from dyngen.round.context import FIELDS, RoundBatchEnd, RoundContext, Trigger
 from dyngen.round.inbox import covers_text, pending_batch_ends
 from dyngen.round.lineage import round_lineage
-from dyngen.round.rollouts import Rollout, RolloutsPolicy
+from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.store import Store
 from tests.rows import verl_rows
 

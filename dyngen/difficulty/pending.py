@@ -12,13 +12,14 @@ alone, not twice.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from dyngen.difficulty.observe import prompt_groups
 from dyngen.difficulty.record import Observation
-from dyngen.errors import DyngenError
+from dyngen.errors import DyngenError, RolloutsError
+from dyngen.rollout_format import Rollout, rollout_of
 from dyngen.store.covered import Key
 from dyngen.store.keys import prompt_key
 
@@ -63,14 +64,15 @@ class PendingBatchEnds:
         except DyngenError as exc:  # missing or damaged: the round that covers it says so
             logger.debug("dyngen: pending batch end not weighed: %s", exc)
             rollouts = []
-        scored = [(r["prompt"], float(r["score"])) for r in rollouts if _scored(r)]
+        scored = [(r.prompt, r.score) for r in _rollouts(rollouts)]
         self._read[entry.key] = prompt_groups(scored, self.threshold)
 
 
-def _scored(rollout: Any) -> bool:
-    """A rollout with a prompt and a finite numeric score (others are not weighed)."""
-    if not isinstance(rollout, dict) or "prompt" not in rollout:
-        return False
-    score = rollout.get("score")
-    return (isinstance(score, (int, float)) and not isinstance(score, bool)
-            and math.isfinite(score))
+def _rollouts(records: list[Any]) -> list[Rollout]:
+    """The records that are rollouts by the round's rule (others are not weighed: the round
+    that covers the batch end names them)."""
+    out = []
+    for number, record in enumerate(records, 1):
+        with suppress(RolloutsError):
+            out.append(rollout_of(record, number, "pending batch end"))
+    return out

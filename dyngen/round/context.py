@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dyngen.errors import BatchEndError, TriggerError
-from dyngen.round.rollouts import Rollout, RolloutsPolicy
+from dyngen.rollout_format import Rollout
+from dyngen.round.rollouts import RolloutsPolicy
 from dyngen.store.covered import check_run
 
 MAX_METRICS = 256

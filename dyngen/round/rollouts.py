@@ -1,7 +1,7 @@
 """A trigger's rollouts file: confined to the deployment's folders, bounded, never echoed.
 
 (A batch end's rollouts held in the store's inbox are read by the store and checked here
-the same way: `RolloutsPolicy.parse`, the bound and the format below.)
+the same way: `RolloutsPolicy.parse`, the bound, and the format of dyngen.rollout_format.)
 
 A batch-end event names `trigger.rollouts`, a path the round opens where it runs, with
 the worker's rights. So a path is accepted only inside `round.rollouts_dirs` (checked
@@ -9,26 +9,20 @@ after resolving links), only as a regular file of at most `round.max_rollouts_by
 the checks are repeated on the opened file, so a swap between check and open gains
 nothing. Errors name the allowed folders, the rule, the line and the field — never the
 file's text.
-
-The format (JSONL, one rollout per line): {"prompt": str or [{role, content}, ...],
-"score": number, "ground_truth"?: any, ...other fields kept}.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dyngen.errors import ConfigError, RolloutsError
+from dyngen.rollout_format import Rollout, parse_rollouts
 
 DEFAULT_MAX_ROLLOUTS_BYTES = 64 * 1024 * 1024
 MAX_SHOWN_PATH = 200
-FORMAT = '{"prompt": text or [{"role", "content"}, ...], "score": number}'
 _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                 (stat.S_ISSOCK, "a socket"))
@@ -36,17 +30,6 @@ _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pi
 # swapped for a link after the check fails to open.
 _OPEN_FLAGS = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
                | getattr(os, "O_CLOEXEC", 0))
-
-
-@dataclass(frozen=True)
-class Rollout:
-    """One line of a rollouts file: the prompt, its score, and the whole record."""
-
-    line: int  # 1-based line number in the file
-    prompt: str | list[dict[str, str]]
-    score: float
-    ground_truth: Any = None
-    record: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -153,73 +136,6 @@ class RolloutsPolicy:
 
     def _shown_dirs(self) -> list[str]:
         return list(self.dirs) or ["none configured: set round.rollouts_dirs"]
-
-
-def parse_rollouts(data: bytes, where: str = "rollouts file") -> list[Rollout]:
-    """Rollouts from JSONL bytes; an error names the line and field, never their text."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise RolloutsError(f"{where}, line {line}: expected UTF-8 text, found bytes that are "
-                            "not UTF-8.") from None
-    out = []
-    # Split on newlines only: JSON strings may hold other line separators (U+2028).
-    for number, line in enumerate(text.split("\n"), 1):
-        if line.strip():
-            out.append(_rollout(line, number, where))
-    return out
-
-
-def _rollout(line: str, number: int, where: str) -> Rollout:
-    at = f"{where}, line {number}"
-    try:
-        record = json.loads(line)
-    except RecursionError:
-        raise RolloutsError(f"{at}: expected a JSON object {FORMAT}, found JSON nested too "
-                            "deeply.") from None
-    except ValueError:
-        raise RolloutsError(f"{at}: expected a JSON object {FORMAT}, found text that is not "
-                            "JSON.") from None
-    if not isinstance(record, dict):
-        raise RolloutsError(f"{at}: expected a JSON object {FORMAT}, found {_kind(record)}.")
-    for key in ("prompt", "score"):
-        if key not in record:
-            raise RolloutsError(f"{at}: field {key!r} is missing; expected {FORMAT}.")
-    prompt, score = record["prompt"], record["score"]
-    if not _is_prompt(prompt):
-        found = ("a list with an item that is not {role, content} text"
-                 if isinstance(prompt, list) and prompt else _kind(prompt))
-        raise RolloutsError(f"{at}: field 'prompt' must be non-empty text or a list of "
-                            f"{{role, content}} messages of text, found {found}.")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) \
-            or not math.isfinite(score):
-        found = "a number that is not finite" if isinstance(score, float) else _kind(score)
-        raise RolloutsError(f"{at}: field 'score' must be a finite number, found {found}.")
-    return Rollout(number, prompt, float(score), record.get("ground_truth"), record)
-
-
-def _is_prompt(value: Any) -> bool:
-    if isinstance(value, str):
-        return bool(value.strip())
-    return isinstance(value, list) and bool(value) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str)
-        and isinstance(m.get("content"), str) for m in value)
-
-
-def _kind(value: Any) -> str:
-    """What a JSON value is, in words: its type, never its content."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "an empty string" if not value.strip() else "a string"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    return "a JSON object"
 
 
 def _where(path: Any) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import datasets
 
 from dyngen.generators.proposer.text import normalise, question_of
-from dyngen.round.rollouts import Rollout
+from dyngen.rollout_format import Rollout
 
 if TYPE_CHECKING:
     from dyngen.round.context import RoundContext

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from dyngen.generators.proposer.text import question_of
 from dyngen.generators.questions import rows_asking
 from dyngen.generators.reasoning_gym.families import SOURCE_PREFIX, family_of_source
-from dyngen.round.rollouts import Rollout
+from dyngen.rollout_format import Rollout
 
 PROMOTED, DEMOTED, HELD = "promoted", "demoted", "held"
 
