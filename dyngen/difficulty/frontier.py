@@ -128,6 +128,7 @@ class FrontierPlan:
         self.book = self.record  # what rows are weighed by: the record and `folded`
         self.pending = PendingBatchEnds(store, dataset, sampler.pass_threshold)
         self.folded: list[tuple[str, int]] = []  # the pending batch ends `book` adds
+        self.refold = False  # `book` lacks `folded` (a version was read): fold them again
         self.keys = np.zeros(0, dtype=np.uint64)
         self.known: set[int] = set()
         self.weights = np.zeros(0)
@@ -146,7 +147,7 @@ class FrontierPlan:
             self.known.update(fresh.tolist())
         if self.record.advance(self.store, self.dataset, new.version) or old is None:
             self.drawn = set()
-        self.book = self.record  # `fold` adds the pending batch ends again
+        self.book, self.refold = self.record, bool(self.folded)
         self.weights = self.weigh()
 
     def pending_at(self, version: int) -> list[tuple[str, int]]:
@@ -156,13 +157,13 @@ class FrontierPlan:
     def fold(self, keys: list[Any]) -> None:
         """Weigh rows by the record and the pending batch ends `keys` names."""
         folded = sorted((str(run), int(step)) for run, step in keys)
-        if folded == self.folded and (self.book is not self.record or not folded):
+        if folded == self.folded and not self.refold:
             return
         if folded != self.folded:
             self.drawn = set()  # the record changed
         observed = self.pending.observations(folded, self.known)
         self.book = self.record.overlaid(observed) if observed else self.record
-        self.folded = folded
+        self.folded, self.refold = folded, False
         self.weights = self.weigh()
 
     def weigh(self) -> np.ndarray:

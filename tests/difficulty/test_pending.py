@@ -87,6 +87,19 @@ def test_once_a_version_covers_the_batch_end_its_groups_count_once(store: Store)
     assert before.shown(5)["samples"] == 8 and before.folded == []
 
 
+def test_a_version_that_covers_other_batch_ends_leaves_the_pending_one_weighed(
+        store: Store) -> None:
+    store.write_batch_end("ds", RUN, 6, None, group(5, 4))
+    plan = plan_for(store)
+    # Another round commits, covering nothing of this run: step 6 is still pending.
+    store.append("ds", verl_rows(1, start=102))
+    head = store.head("ds")
+    plan.update(store.record("ds", head.version - 1), head, True, store.load("ds"))
+    plan.fold(plan.pending_at(head.version))
+    assert plan.folded == [(RUN, 6)]
+    assert plan.shown(5)["samples"] == 8 and plan.weights[5] > 0.9
+
+
 @pytest.mark.parametrize("rollouts", [
     [{"prompt": "not a row of the dataset", "score": 1.0}],
     [{"completion": "no prompt", "score": 1.0}, "a string", 7, None, ["a", "list"]],
