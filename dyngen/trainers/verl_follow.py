@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dyngen.errors import ConfigError
+from dyngen.round.top_up import ROWS_WANTED
 from dyngen.store import Store
 from dyngen.trainers.events import send_batch_end
 from dyngen.trainers.rollouts import (
@@ -91,6 +92,17 @@ def dump_spread(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str
     return spread_metrics(grouped((row.get("input"), row.get("score")) for row in rows),
                           zero_spread_extra=_count(metrics.get(DAPO_EVICTED)),
                           spread_extra=_count(metrics.get(DAPO_SURPLUS)))
+
+
+def dump_rows_wanted(metrics: dict[str, Any], rows: list[dict[str, Any]], every_n_steps: int
+                     ) -> dict[str, float]:
+    """`dyngen/rows_wanted`: the prompts verl drew for the step (those in its dump, and the
+    groups DAPO's filter left out) times the steps to the next round; none without a dump."""
+    if not rows:
+        return {}
+    drawn = (len({str(row.get("input")) for row in rows}) + _count(metrics.get(DAPO_EVICTED))
+             + _count(metrics.get(DAPO_SURPLUS)))
+    return {ROWS_WANTED: float(drawn * every_n_steps)}
 
 
 def _count(value: Any) -> int:
@@ -219,7 +231,8 @@ class VerlFollower:
 
     def _emit(self, step: StepMetrics, rollouts: str | None, rows: list[dict[str, Any]]
               ) -> None:
-        spread = dump_spread(step.metrics, rows)
+        spread = {**dump_spread(step.metrics, rows),
+                  **dump_rows_wanted(step.metrics, rows, self.every_n_steps)}
         metrics = {**trigger_metrics(step.metrics, MAX_METRICS - len(spread)), **spread}
         sent = send_batch_end(self.dataset, step.step, metrics, rollouts,
                               event_id=event_id_for(str(self.run_id), step.step),

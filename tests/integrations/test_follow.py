@@ -146,7 +146,28 @@ def test_each_batch_end_carries_the_dumps_reward_spread_and_daposs_evicted_group
     assert two["dyngen/zero_spread_share"] == pytest.approx(3 / 5)
     assert two["dyngen/reward_spread"] == pytest.approx(0.70711 / 2, abs=1e-5)
     assert len(three) == 256 and three["dyngen/zero_spread_share"] == 0.0
+    # What verl drew for the step, the next round's minimum: DAPO's left-out groups count.
+    assert (one["dyngen/rows_wanted"], two["dyngen/rows_wanted"]) == (4.0, 5.0)
+    assert three["dyngen/rows_wanted"] == 1.0
     assert three["critic/score/mean"] == 0.3  # the reward-like metrics still first
+
+
+def test_rows_wanted_is_the_steps_prompts_times_the_steps_to_the_next_round(
+        store: Store, tmp_path: Path, no_server: None) -> None:
+    metrics, dumps = tmp_path / "m.jsonl", tmp_path / "dumps"
+    dumps.mkdir()
+    metrics.write_text("".join(line(s) for s in range(1, 5)))
+    for step in (2, 4):
+        write_dump(dumps, step, [[1, 0]] * 3)
+    with open(dumps / "4.jsonl", "a") as fh:  # task 0 again, in a second group: one row
+        fh.write(json.dumps({"input": "user\ntask 0\nassistant\n", "score": 1}) + "\n")
+    assert follower(store, metrics, rollout_dir=dumps, every_n_steps=2).poll() == 2
+    assert [e.metrics["dyngen/rows_wanted"] for e in recorded(store)] == [6.0, 6.0]
+    # Without a dump there is nothing to count: the round falls back to its own minimum.
+    metrics.write_text(metrics.read_text() + line(5))
+    (dumps / "5.jsonl").unlink(missing_ok=True)
+    assert follower(store, metrics).poll() == 1
+    assert "dyngen/rows_wanted" not in recorded(store)[-1].metrics
 
 
 def test_a_step_with_many_metrics_keeps_the_reward_like_ones() -> None:
