@@ -142,21 +142,19 @@ def test_batches_are_verls_and_carry_provenance(tmp_path: Path, qwen_tokenizer: 
     assert list(extra["_dyngen_version"]) == [0, 0]
 
 
-def test_on_batch_end_emits_metrics_derived_from_the_batch(
-        tmp_path: Path, qwen_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_batch_end_records_metrics_derived_from_the_batch(
+        tmp_path: Path, qwen_tokenizer: Any, no_server: None) -> None:
     cfg = verl_config(tmp_path, every_n_batches=1)
     ds = train_set(cfg, qwen_tokenizer)
     batch = scored(DataProto.from_single_dict(next(iter(dataloader(cfg, ds)))), [1.0, 0.0], 7)
     expected = {"score/mean": 0.5, "score/max": 1.0, "score/min": 0.0, "acc/mean": 0.5}
     assert ds.metrics_from_batch(batch) == expected
 
-    sent: list[tuple[str, int, Any]] = []
-    monkeypatch.setattr("dyngen.trainers.dataset.emit_batch_end",
-                        lambda name, step, metrics=None, rollouts=None, **_:
-                        sent.append((name, step, metrics)) or "evt-7")
-    assert ds.on_batch_end(batch=batch) == "evt-7"  # ray_trainer.py: on_batch_end(batch=batch)
-    # and the prompts verl draws before the next round: its batch size, 2, every batch
-    assert sent == [(NAME, 7, {**expected, ROWS_WANTED: 2.0})]
+    assert ds.on_batch_end(batch=batch) is not None  # ray_trainer.py: on_batch_end(batch=batch)
+    # The batch end a round covers is the one in the store's inbox: step 7, its metrics,
+    # and the prompts verl draws before the next round (its batch size, 2, every batch).
+    (entry,) = Store(cfg.data.dyngen.root).batch_ends(NAME)
+    assert entry.step == 7 and dict(entry.metrics) == {**expected, ROWS_WANTED: 2.0}
 
 
 def test_metrics_fall_back_to_the_reward_functions_score(
