@@ -8,7 +8,9 @@ converted to dyngen's rollouts file under `<store root>/rollouts/<dataset>/<run>
 verl's metrics hold no per-prompt reward spread; from the rollouts (each prompt's scores)
 the follower adds `dyngen/zero_spread_share` and `dyngen/reward_spread`
 (dyngen.trainers.spread), counting the groups verl's DAPO filter (`algorithm.filter_groups`)
-evicted or discarded before the dump where its metrics report them.
+evicted or discarded before the dump where its metrics report them; and
+`dyngen/rows_wanted`, the prompts the step drew times `every_n_steps`, the rows the next
+round should keep (dyngen.round.top_up).
 
 Each step's batch end is written into the dataset's inbox in the store first, rollouts
 included, as a step of the training run `run_id` (default: from the metrics file's name,
@@ -231,9 +233,9 @@ class VerlFollower:
 
     def _emit(self, step: StepMetrics, rollouts: str | None, rows: list[dict[str, Any]]
               ) -> None:
-        spread = {**dump_spread(step.metrics, rows),
-                  **dump_rows_wanted(step.metrics, rows, self.every_n_steps)}
-        metrics = {**trigger_metrics(step.metrics, MAX_METRICS - len(spread)), **spread}
+        derived = {**dump_spread(step.metrics, rows),
+                   **dump_rows_wanted(step.metrics, rows, self.every_n_steps)}
+        metrics = {**trigger_metrics(step.metrics, MAX_METRICS - len(derived)), **derived}
         sent = send_batch_end(self.dataset, step.step, metrics, rollouts,
                               event_id=event_id_for(str(self.run_id), step.step),
                               api_url=self.api_url, store=self.store, run=str(self.run_id))
