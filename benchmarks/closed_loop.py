@@ -76,6 +76,7 @@ class Sizes:
     band: tuple[float, float] = (0.125, 0.875)
     learning_rate: float = 1e-5
     trainable_layers: int | None = None  # None: the whole model trains
+    sharpness: float = 1.0  # the frontier arm's FrontierSampler(sharpness=...)
     seed: int = 0
 
 
@@ -290,7 +291,8 @@ def run_dyngen(root: Path, sizes: Sizes, mode: str = "emit", frontier: bool = Fa
     trainer = GRPOTrainer(model=model, reward_funcs=recorder, args=grpo_args(out, sizes),
                           train_dataset=FollowingDataset(
                               store.root, name, block_rows=sizes.prompts, seed=sizes.seed,
-                              sampler=FrontierSampler(group=sizes.generations) if frontier
+                              sampler=FrontierSampler(group=sizes.generations,
+                                                      sharpness=sizes.sharpness) if frontier
                               else "fresh_first"),
                           callbacks=[recorder.callback()])
     callback = DyngenCallback(store.root, name, trainer=trainer, mode=mode,

@@ -2,8 +2,9 @@
 
 Each row of the version the trainer reads is weighted by
 
-    P(a group of `group` completions has mixed rewards)  (from the row's posterior)
-  [× 0.5 ** (age / recency_half_life), when set]          (age: steps since it was observed)
+   (P(a group of `group` completions has mixed rewards)  (from the row's posterior)
+  [× 0.5 ** (age / recency_half_life), when set])         (age: steps since it was observed)
+  ** sharpness                                            (1: in proportion to that chance)
 
 where the posterior counts evidence `half_life_steps` old at half weight: by default one
 step, so a row's newest group says most, and a row not seen for a while falls back toward
@@ -57,6 +58,7 @@ class FrontierSampler:
     unmeasured: bool = False  # draw rows never observed (at the prior's weight)
     inbox: bool = True  # weigh the batch ends no version covers yet, too
     pass_threshold: float = 1.0  # a trainer's completion passes at this score (as a round's)
+    sharpness: float = 1.0  # weights are raised to it: above 1, the likeliest rows go first
 
     def __post_init__(self) -> None:
         whole, number = (int,), (int, float)
@@ -64,6 +66,8 @@ class FrontierSampler:
                 ("group", whole, lambda v: v >= 2, "a whole number >= 2"),
                 ("max_age_steps", whole, lambda v: v >= 0, "a whole number of steps >= 0"),
                 ("half_life_steps", number, lambda v: v > 0, "a number of steps > 0"),
+                ("sharpness", number, lambda v: v > 0, "a number > 0 (1: draw in proportion "
+                 "to the chance of a mixed group)"),
                 ("recency_half_life", number, lambda v: v > 0,
                  "a number of steps > 0, or None for no recency factor"),
                 ("pass_threshold", number, lambda v: True,
@@ -107,7 +111,7 @@ def frontier_weights(book: DifficultyBook, keys: np.ndarray, s: FrontierSampler)
         if age <= s.max_age_steps:
             recency = 1.0 if s.recency_half_life is None else 0.5 ** (age / s.recency_half_life)
             out[i] = post.mixed_chance(s.group) * recency
-    return out
+    return out ** s.sharpness if s.sharpness != 1.0 else out
 
 
 def weighted_slots(weights: np.ndarray, seed: list[int]) -> np.ndarray | None:

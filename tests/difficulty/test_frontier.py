@@ -64,6 +64,19 @@ def test_weights_favour_rows_at_the_edge_and_leave_out_retired_stale_and_unmeasu
     assert all(asked[i] > 0 for i in range(7, 11)) and asked[6] == 0  # retired stays out
 
 
+def test_sharpness_draws_the_likeliest_rows_more_often(store: Store) -> None:
+    plain = plan_for(store, FrontierSampler(group=8)).weights
+    sharp = plan_for(store, FrontierSampler(group=8, sharpness=4.0))
+    assert sharp.weights[4] / sharp.weights[0] == pytest.approx((plain[4] / plain[0]) ** 4)
+    assert sharp.weights[5] == 0 and sharp.weights[6] == 0  # what weighed nothing still does
+    # Each row is still drawn once before any twice; sharpness puts the likeliest first.
+    def early(sampler: FrontierSampler) -> int:
+        """Of 100 seeds, how often the always-right row is among a cycle's first 2 draws."""
+        return sum(4 in plan_for(store, sampler, seed).take(2, 11) for seed in range(100))
+
+    assert early(FrontierSampler(group=8, sharpness=4.0)) * 4 < early(FrontierSampler(group=8))
+
+
 def test_the_draw_is_deterministic_from_the_seed_and_resumes_exactly(store: Store) -> None:
     sampler = FrontierSampler(unmeasured=True)
     whole = plan_for(store, sampler, seed=3)
