@@ -117,7 +117,8 @@ def test_a_sampler_is_named_or_refused_saying_what_is_expected() -> None:
     for bad in ({"group": 1}, {"group": "8"}, {"group": 8.0}, {"max_age_steps": -1},
                 {"half_life_steps": 0}, {"half_life_steps": float("nan")},
                 {"recency_half_life": 0}, {"recency_half_life": "2"},
-                {"pass_threshold": float("inf")}, {"pass_threshold": True}):
+                {"pass_threshold": float("inf")}, {"pass_threshold": True},
+                {"sharpness": 0}, {"sharpness": "4"}, {"sharpness": float("inf")}):
         name = next(iter(bad))
         with pytest.raises(ConfigError, match=f"FrontierSampler.{name}: expected .*found"):
             FrontierSampler(**bad)
